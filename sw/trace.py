@@ -1,0 +1,229 @@
+"""Golden trace directories: writing, loading, validating, comparing.
+
+A trace directory holds ``manifest.json`` and one ``.npy`` file per tensor (format described in
+``golden/README.md``). Everything a testbench or user feeds in is validated here, so that a bad
+file gives one :class:`TraceError` that names the file and the field.
+
+Run ``python -m sw.trace DIR`` to validate a directory from the command line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from sw import quant
+from sw.config import ConfigError, TileConfig
+
+FORMAT = "fastcar-hw-trace"
+VERSION = 1
+MANIFEST = "manifest.json"
+
+
+class TraceError(ValueError):
+    """A trace directory or file that cannot be used; the message names the file and field."""
+
+
+#: tensor name -> (dtype, shape in terms of B, K, N)
+GEMM_TENSORS = {
+    "x": ("int8", ("B", "K")),
+    "w": ("int8", ("K", "N")),
+    "mult": ("uint16", ("N",)),
+    "shift": ("uint8", ("N",)),
+    "y": ("int8", ("B", "N")),
+}
+
+
+@dataclass
+class GemmTrace:
+    """One GEMM-tile trace: ``y = gemm_int8(x, w, mult, shift)`` on geometry ``tile``."""
+
+    path: Path
+    tile: TileConfig
+    x: np.ndarray
+    w: np.ndarray
+    mult: np.ndarray
+    shift: np.ndarray
+    y: np.ndarray
+    source: str = ""
+
+    @property
+    def batch(self) -> int:
+        return self.x.shape[0]
+
+
+def _atomic_dir(out: Path, force: bool):
+    """Yield a temporary sibling of ``out``; the caller renames it into place."""
+    out = Path(out)
+    if out.exists() and not force:
+        raise TraceError(f"{out}: already exists; pass --force to overwrite")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    tmp.chmod(0o755)
+    return tmp
+
+
+def _replace_dir(tmp: Path, out: Path):
+    if out.exists():
+        old = out.with_name(f".{out.name}.old")
+        shutil.rmtree(old, ignore_errors=True)
+        os.replace(out, old)
+        os.replace(tmp, out)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(tmp, out)
+
+
+def write_gemm_trace(out, tile: TileConfig, *, x, w, mult, shift, y, source: str = "",
+                     force: bool = False) -> Path:
+    """Write a GEMM trace directory atomically (temporary directory, then rename)."""
+    out = Path(out)
+    tensors = {"x": x, "w": w, "mult": mult, "shift": shift, "y": y}
+    for name, (dtype, _) in GEMM_TENSORS.items():
+        tensors[name] = np.ascontiguousarray(np.asarray(tensors[name]).astype(dtype, casting="unsafe"))
+    _check_gemm(out, tile, tensors)
+    tmp = _atomic_dir(out, force)
+    try:
+        manifest = {
+            "format": FORMAT, "version": VERSION, "kind": "gemm_tile", "source": source,
+            "tile": tile.to_dict(),
+            "tensors": {n: {"file": f"{n}.npy", "dtype": str(a.dtype), "shape": list(a.shape)}
+                        for n, a in tensors.items()},
+        }
+        for name, arr in tensors.items():
+            np.save(tmp / f"{name}.npy", arr, allow_pickle=False)
+        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+        _replace_dir(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out
+
+
+def _load_manifest(d: Path) -> dict:
+    if not d.exists():
+        raise TraceError(f"{d}: trace directory does not exist")
+    if not d.is_dir():
+        raise TraceError(f"{d}: not a directory")
+    mpath = d / MANIFEST
+    if not mpath.exists():
+        raise TraceError(f"{mpath}: missing (a trace directory needs a {MANIFEST})")
+    try:
+        man = json.loads(mpath.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise TraceError(f"{mpath}: not valid JSON ({e})") from None
+    if not isinstance(man, dict):
+        raise TraceError(f"{mpath}: expected a JSON object")
+    if man.get("format") != FORMAT:
+        raise TraceError(f"{mpath}: field 'format' is {man.get('format')!r}, expected {FORMAT!r}")
+    if man.get("version") != VERSION:
+        raise TraceError(f"{mpath}: field 'version' is {man.get('version')!r}, this code reads {VERSION}")
+    return man
+
+
+def _check_gemm(where: Path, tile: TileConfig, tensors: dict):
+    dims = {"B": tensors["x"].shape[0] if tensors["x"].ndim == 2 else None,
+            "K": tile.k_dim, "N": tile.n_dim}
+    for name, (dtype, shape) in GEMM_TENSORS.items():
+        arr = tensors[name]
+        f = where / f"{name}.npy"
+        if str(arr.dtype) != dtype:
+            raise TraceError(f"{f}: field '{name}' has dtype {arr.dtype}, expected {dtype}")
+        want = tuple(dims[s] for s in shape)
+        if arr.shape != want:
+            pretty = ", ".join(f"{s}={dims[s]}" for s in shape)
+            raise TraceError(f"{f}: field '{name}' has shape {arr.shape}, expected {want} ({pretty})")
+    if dims["B"] is None or dims["B"] < 1:
+        raise TraceError(f"{where / 'x.npy'}: field 'x' needs at least one row")
+    if tensors["shift"].size and int(tensors["shift"].max()) > quant.SHIFT_MAX:
+        raise TraceError(f"{where / 'shift.npy'}: field 'shift' has {int(tensors['shift'].max())}, "
+                         f"above the spec's maximum {quant.SHIFT_MAX}")
+
+
+def load_trace(d, tile: TileConfig | None = None) -> GemmTrace:
+    """Load and validate a trace directory. If ``tile`` is given, the trace must match it."""
+    d = Path(d)
+    man = _load_manifest(d)
+    mpath = d / MANIFEST
+    if man.get("kind") != "gemm_tile":
+        raise TraceError(f"{mpath}: field 'kind' is {man.get('kind')!r}; supported: 'gemm_tile'")
+    try:
+        ttile = TileConfig.from_dict(man.get("tile"), source=f"{mpath}: field 'tile'")
+    except ConfigError as e:
+        raise TraceError(str(e)) from None
+    if tile is not None and ttile != tile:
+        raise TraceError(f"{mpath}: field 'tile' is {ttile.to_dict()}, but the design is built for "
+                         f"{tile.to_dict()}")
+    entries = man.get("tensors")
+    if not isinstance(entries, dict):
+        raise TraceError(f"{mpath}: field 'tensors' missing or not an object")
+    tensors = {}
+    for name in GEMM_TENSORS:
+        ent = entries.get(name)
+        if not isinstance(ent, dict) or "file" not in ent:
+            raise TraceError(f"{mpath}: field 'tensors.{name}' missing or has no 'file'")
+        f = d / ent["file"]
+        if not f.is_file():
+            raise TraceError(f"{f}: missing (listed as tensor '{name}' in {MANIFEST})")
+        try:
+            arr = np.load(f, allow_pickle=False)
+        except Exception as e:  # numpy raises several types for corrupt files
+            raise TraceError(f"{f}: cannot read tensor '{name}' ({type(e).__name__}: {e})") from None
+        if ent.get("dtype") != str(arr.dtype):
+            raise TraceError(f"{f}: field '{name}' has dtype {arr.dtype}, manifest says {ent.get('dtype')}")
+        if list(arr.shape) != ent.get("shape"):
+            raise TraceError(f"{f}: field '{name}' has shape {list(arr.shape)}, "
+                             f"manifest says {ent.get('shape')}")
+        tensors[name] = arr
+    _check_gemm(d, ttile, tensors)
+    return GemmTrace(path=d, tile=ttile, source=str(man.get("source", "")), **tensors)
+
+
+def first_mismatch(got, want, name: str = "y") -> str | None:
+    """``None`` if equal, else a message naming the first differing element and the count."""
+    got, want = np.asarray(got), np.asarray(want)
+    if got.shape != want.shape:
+        return f"{name}: shape {got.shape} differs from expected {want.shape}"
+    diff = np.argwhere(got != want)
+    if diff.size == 0:
+        return None
+    idx = tuple(int(i) for i in diff[0])
+    where = ", ".join(map(str, idx))
+    return (f"{name}[{where}]: got {int(got[idx])}, expected {int(want[idx])} "
+            f"({len(diff)} of {want.size} elements differ)")
+
+
+def check_golden(trace: GemmTrace) -> str | None:
+    """Recompute ``y`` with the golden model; ``None`` if the stored ``y`` agrees."""
+    model = quant.gemm_int8(trace.x, trace.w, trace.mult, trace.shift)
+    msg = first_mismatch(model, trace.y, "y")
+    return None if msg is None else f"{trace.path / 'y.npy'}: golden model disagrees with stored {msg}"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description="Validate a FastCar-HW trace directory.")
+    ap.add_argument("trace", type=Path, help="trace directory (holds manifest.json)")
+    args = ap.parse_args(argv)
+    try:
+        tr = load_trace(args.trace)
+    except TraceError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    msg = check_golden(tr)
+    if msg:
+        print(f"error: {msg}", file=sys.stderr)
+        return 1
+    print(f"{args.trace}: ok, gemm_tile {tr.tile.to_dict()}, {tr.batch} rows")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
