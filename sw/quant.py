@@ -77,9 +77,9 @@ def _as_int64(a, name: str, lo: int, hi: int) -> np.ndarray:
         raise QuantError(f"{name}: expected an integer array, not dtype {arr.dtype}")
     arr = arr.astype(np.int64)
     if arr.size and (arr.min() < lo or arr.max() > hi):
-        bad = np.argwhere((arr < lo) | (arr > hi))[0]
+        bad = tuple(int(i) for i in np.argwhere((arr < lo) | (arr > hi))[0])
         raise QuantError(
-            f"{name}{list(bad)}: value {arr[tuple(bad)]} outside [{lo}, {hi}]"
+            f"{name}[{', '.join(map(str, bad))}]: value {arr[bad]} outside [{lo}, {hi}]"
         )
     return arr
 

