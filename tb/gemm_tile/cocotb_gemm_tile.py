@@ -129,6 +129,8 @@ async def run_gemm(dut, idle, backpressure):
 
     got = np.array(got)
     msg = first_mismatch(got, np.array(expected), "y")
+    if msg:
+        dut._log.error("got\n%s\nexpected\n%s", got, np.array(expected))
     assert msg is None, f"RTL vs golden model: {msg}"
     if stored is not None:
         msg = first_mismatch(got, stored, "y")

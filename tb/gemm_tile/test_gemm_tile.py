@@ -21,7 +21,7 @@ SIMS = available_simulators()
 def run(cfg: TileConfig, sim: str, env: dict, tag: str, testcase=None):
     key = hashlib.sha1(json.dumps(cfg.to_dict(), sort_keys=True).encode()).hexdigest()[:8]
     env = {"FASTCAR_TILE": json.dumps(cfg.to_dict()), **env}
-    return run_cocotb(AxisAdapter(GemmTile(cfg)), toplevel="gemm_tile_axis",
+    return run_cocotb(lambda: AxisAdapter(GemmTile(cfg)), toplevel="gemm_tile_axis",
                       test_module="cocotb_gemm_tile", test_dir=HERE,
                       build_dir=BUILD / "gemm_tile" / f"{sim}-{key}", sim=sim, env=env,
                       results_name=f"results-{tag}.xml", testcase=testcase)
