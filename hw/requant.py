@@ -6,16 +6,16 @@ from amaranth.lib.wiring import In, Out
 
 from sw import quant
 
-__all__ = ["Requant", "requant_lane", "params_layout", "load_layout"]
+__all__ = ["Requant", "round_shift", "saturate", "params_layout", "load_layout"]
 
 
-def requant_lane(m, p, shift):
-    """Return ``saturate_int8(round_half_even(p / 2**shift))`` for a signed product ``p``.
+def round_shift(m, p, shift):
+    """Return ``(q, up)`` with ``q = p >> shift`` and ``up`` the round-half-to-even increment.
 
-    This is the RTL form of :func:`sw.quant.round_shift_rne` followed by
-    :func:`sw.quant.saturate_int8`. With ``q = p >> shift`` (arithmetic), the bits of ``p`` below
-    the shift are the remainder ``r`` in two's complement, so ``r > half`` is "round bit and any
-    lower bit set" and ``r == half`` is "round bit and no lower bit set"; ties go to even ``q``.
+    This is the RTL form of :func:`sw.quant.round_shift_rne`: ``round_half_even(p / 2**shift)
+    = q + up``. With ``q = p >> shift`` (arithmetic), the bits of ``p`` below the shift are the
+    remainder ``r`` in two's complement, so ``r > half`` is "round bit and any lower bit set" and
+    ``r == half`` is "round bit and no lower bit set"; ties go to even ``q``.
     """
     # Shifts of len(p) or more all give 0 (|p| <= 2**(len(p)-1) <= half, and an exact tie at
     # -2**(len(p)-1) rounds to the even 0), so the shift is clamped to len(p) and p gets one more
@@ -31,8 +31,14 @@ def requant_lane(m, p, shift):
     m.d.comb += q.eq(pe >> sh)
     round_bit = (pe.as_unsigned() & half[:width]).any()
     sticky = (pe.as_unsigned() & (half[:width] - 1)[:width]).any()
-    up = round_bit & (sticky | q[0])
-    r = Signal(signed(width + 1), name="rounded")
+    up = Signal(name="up")
+    m.d.comb += up.eq(round_bit & (sticky | q[0]))
+    return q, up
+
+
+def saturate(m, q, up):
+    """Return ``saturate_int8(q + up)`` (:func:`sw.quant.saturate_int8`)."""
+    r = Signal(signed(len(q) + 1), name="rounded")
     m.d.comb += r.eq(q + up)
     y = Signal(signed(8), name="sat")
     with m.If(r > quant.INT8_MAX):
@@ -59,9 +65,10 @@ def load_layout(lanes, entries):
 class Requant(wiring.Component):
     """Vector requantiser with a table of per-channel ``(mult, shift)`` parameters.
 
-    Three pipeline stages, all advancing together when the output can move
-    (``~o.valid | o.ready``): parameter lookup, ``acc * mult``, then rounding shift and
-    saturation. ``sel`` picks the table entry (the tile's output slice) and travels with the data.
+    Four pipeline stages, all advancing together when the output can move
+    (``~o.valid | o.ready``): parameter lookup, ``acc * mult``, arithmetic shift with the
+    rounding increment, then the increment added and the result saturated.
+    ``sel`` picks the table entry (the tile's output slice) and travels with the data.
 
     Parameters
     ----------
@@ -95,7 +102,7 @@ class Requant(wiring.Component):
             "params": In(stream.Signature(load_layout(lanes, entries), always_ready=True)),
         })
 
-    latency = 3
+    latency = 4
 
     def elaborate(self, platform):
         m = Module()
@@ -118,16 +125,24 @@ class Requant(wiring.Component):
         v2, sel2 = Signal(), Signal.like(self.i.p.sel)
         prods = [Signal(signed(quant.PRODUCT_BITS), name=f"prod_{lane}") for lane in range(L)]
         shifts = [Signal(quant.SHIFT_BITS, name=f"shift_{lane}") for lane in range(L)]
+        # Stage 3: arithmetic shift and rounding increment.
+        v3, sel3 = Signal(), Signal.like(self.i.p.sel)
+        rounded = [round_shift(m, prods[lane], shifts[lane]) for lane in range(L)]
+        qs = [Signal.like(q, name=f"q_{lane}") for lane, (q, _) in enumerate(rounded)]
+        ups = [Signal(name=f"up_{lane}") for lane in range(L)]
+        # Stage 4: add the increment and saturate.
+        sats = [saturate(m, qs[lane], ups[lane]) for lane in range(L)]
         with m.If(en):
             m.d.sync += [v1.eq(self.i.valid), acc1.eq(self.i.p.acc), sel1.eq(self.i.p.sel)]
             m.d.sync += [v2.eq(v1), sel2.eq(sel1)]
+            m.d.sync += [v3.eq(v2), sel3.eq(sel2)]
+            m.d.sync += [self.o.valid.eq(v3), self.o.p.sel.eq(sel3)]
             for lane in range(L):
                 m.d.sync += [
                     prods[lane].eq(acc1[lane] * rd.data.mult[lane]),
                     shifts[lane].eq(rd.data.shift[lane]),
+                    qs[lane].eq(rounded[lane][0]),
+                    ups[lane].eq(rounded[lane][1]),
+                    self.o.p.y[lane].eq(sats[lane]),
                 ]
-            # Stage 3: round, shift, saturate.
-            m.d.sync += [self.o.valid.eq(v2), self.o.p.sel.eq(sel2)]
-            for lane in range(L):
-                m.d.sync += self.o.p.y[lane].eq(requant_lane(m, prods[lane], shifts[lane]))
         return m
