@@ -180,3 +180,86 @@ def scale_to_mult_shift(scale) -> tuple[np.ndarray, np.ndarray]:
                              f"mult <= {MULT_MAX}, shift <= {SHIFT_MAX}")
         mult[idx], shift[idx] = best
     return mult.astype(np.uint16), shift.astype(np.uint8)
+
+
+# --- SwiGLU MLP and TAS: the accelerator's integer operations --------------------------------
+
+#: SiLU is a 256-entry int8 -> int8 table indexed by ``gate_q + 128``.
+LUT_SIZE = 256
+
+
+def silu_lut(s_gate: float, s_act: float) -> np.ndarray:
+    """Build the SiLU table: ``lut[g + 128] = saturate(rint(silu(g * s_gate) / s_act))``.
+
+    Built once per layer at calibration time (floating point); from then on the table itself is
+    the integer artefact that the golden model and the RTL both use.
+    """
+    if not (np.isfinite(s_gate) and np.isfinite(s_act) and s_gate > 0 and s_act > 0):
+        raise QuantError(f"SiLU table scales must be finite and positive, got {s_gate}, {s_act}")
+    g = np.arange(INT8_MIN, INT8_MAX + 1, dtype=np.float64) * s_gate
+    silu = g / (1.0 + np.exp(-g))
+    return saturate_int8(np.rint(silu / s_act))
+
+
+def apply_lut(codes, lut) -> np.ndarray:
+    """``lut[codes + 128]`` for int8 ``codes``."""
+    codes = _as_int64(codes, "codes", INT8_MIN, INT8_MAX)
+    lut = np.asarray(lut)
+    if lut.shape != (LUT_SIZE,) or lut.dtype != np.int8:
+        raise QuantError(f"lookup table must be int8 of shape ({LUT_SIZE},), not {lut.dtype} {lut.shape}")
+    return lut[codes + 128]
+
+
+def swiglu_int8(x, wg, wu, wd, p) -> np.ndarray:
+    """The golden SwiGLU MLP on int8 rows ``x`` [B, d]; returns int8 [B, d].
+
+    ``p`` holds the integer constants: ``mult_g, shift_g, mult_u, shift_u`` (per d_ff channel),
+    ``lut`` (int8 [256]), ``mult_h, shift_h`` (scalars), ``mult_d, shift_d`` (per d channel)::
+
+        gate = requant(x @ wg)          up = requant(x @ wu)          (int8)
+        act  = lut[gate + 128]                                        (int8, SiLU)
+        h    = requant(act * up)                                      (int8; the product is int16)
+        y    = requant(h @ wd)                                        (int8)
+    """
+    gate = gemm_int8(x, wg, p["mult_g"], p["shift_g"])
+    up = gemm_int8(x, wu, p["mult_u"], p["shift_u"])
+    act = apply_lut(gate, p["lut"])
+    h = requantize(act.astype(np.int64) * up.astype(np.int64), p["mult_h"], p["shift_h"])
+    return gemm_int8(h, wd, p["mult_d"], p["shift_d"])
+
+
+def tas_int(q, k) -> np.ndarray:
+    """Integer temporal attention score: ``sum over heads and head dims of q * k``.
+
+    ``q``, ``k``: int8 [..., heads, head_dim] -> int64 [...] (fits int32: |sum| <= d * 16384).
+    """
+    q = _as_int64(q, "q", INT8_MIN, INT8_MAX)
+    k = _as_int64(k, "k", INT8_MIN, INT8_MAX)
+    check_accumulator(q.shape[-1] * q.shape[-2], what="heads * head_dim")
+    return (q * k).sum(axis=(-1, -2))
+
+
+def tas_threshold(tau: float, s_q: float, s_k: float, heads: int, head_dim: int, *,
+                  strict: bool = False) -> int:
+    """Integer threshold ``T`` such that ``tas_int >= T`` exactly when the real score clears ``tau``.
+
+    The real score is ``s = tas_int * s_q * s_k / (heads * sqrt(head_dim))``. For the default rule
+    ``s >= tau`` that is ``tas_int >= ceil(tau * c)`` with ``c = heads * sqrt(head_dim) / (s_q s_k)``;
+    for the strict rule ``s > tau`` it is ``tas_int >= floor(tau * c) + 1``. Infinite ``tau`` maps
+    to a threshold outside the int32 range (never / always replay).
+    """
+    if np.isnan(tau):
+        raise QuantError("tau is NaN")
+    if tau == np.inf:
+        return ACC_MAX + 1
+    if tau == -np.inf:
+        return ACC_MIN
+    c = heads * np.sqrt(head_dim) / (s_q * s_k)
+    t = tau * c
+    th = int(np.floor(t)) + 1 if strict else int(np.ceil(t))
+    return int(np.clip(th, ACC_MIN, ACC_MAX + 1))
+
+
+def replay_decision(score, threshold) -> np.ndarray:
+    """The replay rule in integer form: replay where ``score >= threshold``."""
+    return np.asarray(score, dtype=np.int64) >= np.int64(threshold)
