@@ -15,8 +15,8 @@ are similar) true by construction:
   patches it covers 2x2 patches when aligned to the patch grid and 3x3 (partly) otherwise.
 * **Motion**: ``size // 16`` px per frame (4 px at 64x64), so adjacent frames differ but overlap
   strongly. All positions are multiples of the step, so a sprite edge only ever sits at offset 0 or
-  4 inside an 8 px patch; this keeps the number of distinct patches small, which is what lets a
-  256-entry VQ codebook reconstruct the frames almost exactly. The start is chosen so that the
+  4 inside an 8 px patch; this keeps the number of distinct patches small (416), which is what lets
+  the 512-entry VQ codebook reconstruct the frames exactly. The start is chosen so that the
   sprite stays fully inside the frame for the first 8 frames; longer clips wrap around the edges
   (the sprite leaves one side and comes back on the other), so the direction never changes.
 * **Occlusion**: in a fraction :data:`OCCLUDER_PROB` of the clips a static grey bar
