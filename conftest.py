@@ -6,11 +6,12 @@ import pytest
 
 REPO = Path(__file__).resolve().parent
 GOLDEN = REPO / "golden" / "gemm_tile"
+FASTCAR = REPO / "golden" / "fastcar"
 
 
 def pytest_addoption(parser):
-    parser.addoption("--trace-dir", default=str(GOLDEN),
-                     help="trace directory for the RTL regression (default: golden/gemm_tile)")
+    parser.addoption("--trace-dir", default=str(FASTCAR),
+                     help="trace directory for the RTL regression (default: golden/fastcar)")
 
 
 @pytest.fixture(scope="session")
@@ -20,11 +21,12 @@ def golden_dir():
 
 @pytest.fixture(scope="session")
 def trace_dir(request):
-    from sw.trace import TraceError, load_trace
+    from sw.decode_trace import load_decode_trace
+    from sw.trace import TraceError, load_trace, trace_kind
 
     d = Path(request.config.getoption("--trace-dir")).resolve()
     try:
-        load_trace(d)
+        load_decode_trace(d) if trace_kind(d) == "fastcar_decode" else load_trace(d)
     except TraceError as e:
         raise pytest.UsageError(f"--trace-dir: {e}") from None
     return d

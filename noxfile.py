@@ -42,9 +42,9 @@ def tests(session):
 
 @nox.session(python=PYTHON)
 def sim(session):
-    """RTL regression on a trace: ``nox -s sim -- [--trace DIR] [--waves]`` (default golden/gemm_tile)."""
+    """RTL regression on a trace: ``nox -s sim -- [--trace DIR] [--waves]`` (default golden/fastcar)."""
     ap = argparse.ArgumentParser(prog="nox -s sim --")
-    ap.add_argument("--trace", default="golden/gemm_tile", help="trace directory")
+    ap.add_argument("--trace", default="golden/fastcar", help="trace directory")
     ap.add_argument("--waves", action="store_true", help="dump waveforms into the build directory")
     args, rest = ap.parse_known_args(session.posargs)
     if not Path(args.trace).is_dir():
@@ -54,7 +54,7 @@ def sim(session):
     # One clear line if the trace is malformed, before any simulator starts.
     session.run("python", "-m", "sw.trace", args.trace)
     env = {"FASTCAR_WAVES": "1"} if args.waves else {}
-    session.run("pytest", "-q", "tb", "-k", "golden_trace", f"--trace-dir={args.trace}", *rest, env=env)
+    session.run("pytest", "-q", "tb", "-k", "test_golden_trace", f"--trace-dir={args.trace}", *rest, env=env)
 
 
 @nox.session(python=PYTHON)

@@ -113,5 +113,10 @@ class TileConfig:
         return cls.from_dict(d, source=str(path))
 
 
-#: The default geometry used by ``nox -s sim``, ``nox -s synth`` and the tests.
-DEFAULT_TILE = TileConfig()
+#: Sizes of the shipped video model (``sw/train.py`` trains it with these; the checkpoint's
+#: ``config.json`` repeats them and a test checks that the two agree).
+SHIPPED_MODEL = {"d_model": 96, "n_layers": 4, "n_heads": 4, "d_ff": 256}
+
+#: The default geometry used by ``nox -s sim``, ``nox -s synth`` and the tests: a 4x4 array whose
+#: tile is the shipped model's first MLP projection (K = d_model, N = d_ff).
+DEFAULT_TILE = TileConfig(rows=4, cols=4, k_dim=SHIPPED_MODEL["d_model"], n_dim=SHIPPED_MODEL["d_ff"])

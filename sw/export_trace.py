@@ -1,6 +1,15 @@
-"""Export a golden GEMM-tile trace from a PyTorch layer through the quantisation spec.
+"""Export golden traces: FastCar decode traces from the shipped model, or a single-layer GEMM trace.
 
-The float side is a PyTorch ``nn.Linear`` (no bias, as in LLaMA's MLP) fed with a batch of
+With no arguments, ``python sw/export_trace.py`` loads the shipped model, calibrates the integer
+path (:mod:`sw.golden`), generates the default prompts with FastCar replay decided and computed by
+that integer path (exactly as the accelerator runs it), and writes a decode trace
+(:mod:`sw.decode_trace`, format in ``golden/README.md``) to ``build/traces/fastcar``. ``nox -s sim``
+checks the committed copy in ``golden/fastcar``; ``nox -s sim -- --trace build/traces/fastcar``
+checks a fresh one.
+
+With ``--linear``, it writes the small single-layer trace described below instead.
+
+The float side of ``--linear`` is a PyTorch ``nn.Linear`` (no bias, as in LLaMA's MLP) fed with a batch of
 activations; the spec in ``sw/quant.py`` turns weights, activations and the output scale into
 int8 tensors and integer requantisation parameters, and the integer golden model computes the
 expected int8 output. The result is a trace directory (``golden/README.md``) that ``nox -s sim``
@@ -8,8 +17,9 @@ checks the RTL against, bit for bit.
 
 Usage::
 
-    python sw/export_trace.py --out build/traces/gemm_tile          # default tile geometry
-    python sw/export_trace.py --out DIR --batch 32 --seed 3 --force
+    python sw/export_trace.py                                   # decode trace of the shipped model
+    python sw/export_trace.py --prompt "red square moves up" --tau -2 --frames 8 --out DIR --force
+    python sw/export_trace.py --linear --out build/traces/gemm_tile --batch 32 --seed 3
 """
 
 from __future__ import annotations
@@ -26,6 +36,12 @@ import numpy as np
 from sw import quant
 from sw.config import DEFAULT_TILE, ConfigError, TileConfig
 from sw.trace import TraceError, write_gemm_trace
+
+#: Default batch: two prompts, each with its conditional and unconditional (CFG) row.
+DEFAULT_EXPORT_PROMPTS = 2
+DEFAULT_CFG = 3.0
+#: The default threshold; see the README ("How the default tau was chosen").
+DEFAULT_TAU = -1.0
 
 
 def quantize_linear(weight: np.ndarray, x: np.ndarray, y_float: np.ndarray):
@@ -75,27 +91,175 @@ def export_linear_trace(out, tile: TileConfig = DEFAULT_TILE, *, batch: int = 16
     return {"out": str(out), "batch": batch, "relative_error": rel_err}
 
 
+def calibration_prompts(n: int = 8, seed: int = 1234) -> list[str]:
+    """A fixed set of prompts for calibrating the integer path (none of the defaults)."""
+    from sw import data
+
+    pool = [p for p in data.all_prompts() if p not in data.DEFAULT_PROMPTS]
+    rng = np.random.default_rng(seed)
+    return [str(p) for p in rng.choice(pool, size=n, replace=False)]
+
+
+def export_decode_trace(out, *, checkpoint=None, prompts=None, frames: int = 8, tau=DEFAULT_TAU,
+                        strict: bool = False, refresh_every=None, max_chain=None, sinks=None, window=None,
+                        cfg_scale: float | None = DEFAULT_CFG, seed: int = 0, force: bool = False,
+                        progress: bool = True) -> dict:
+    """Run the shipped model through the integer path with FastCar and write a decode trace."""
+    import torch
+
+    from sw import data
+    from sw.checkpoint import DEFAULT_CHECKPOINT, load_checkpoint
+    from sw.decode_trace import write_decode_trace
+    from sw.fastcar import FastCarConfig, SparseConfig
+    from sw.golden import calibrate
+    from sw.model import generate
+
+    out = Path(out)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())) and not force:
+        raise TraceError(f"{out}: already exists and is not empty; pass --force to overwrite")
+    prompts = list(prompts or data.DEFAULT_PROMPTS[:DEFAULT_EXPORT_PROMPTS])
+    for p in prompts:
+        data.encode_prompt(p)
+    if frames < 2:
+        raise TraceError(f"--frames must be at least 2 (frame 0 is never replayed), not {frames}")
+    ckpt = load_checkpoint(checkpoint or DEFAULT_CHECKPOINT)
+    model, layout, mc = ckpt.model, ckpt.layout, ckpt.model.config
+    taus = [float(tau)] * mc.n_layers if np.isscalar(tau) else [float(t) for t in tau]
+    if len(taus) != mc.n_layers:
+        raise TraceError(f"--tau: {len(taus)} values for {mc.n_layers} layers")
+    if any(np.isnan(t) for t in taus):
+        raise TraceError("--tau: NaN is not a threshold")
+    fastcar = FastCarConfig(tau=taus, strict=strict, refresh_every=refresh_every, max_chain=max_chain)
+    sparse = SparseConfig(sinks=sinks or 0, window=window) if window is not None else None
+    model.set_max_seq_len(max(mc.max_seq_len, layout.prompt_len + frames * layout.tokens_per_frame))
+
+    def batch(ps):
+        cond = torch.tensor(np.stack([layout.prompt_tokens(p) for p in ps]))
+        uncond = torch.tensor(layout.prompt_tokens(""))[None].expand(len(ps), -1)
+        return cond, (uncond if cfg_scale else None)
+
+    cal = calibration_prompts()
+    cond, uncond = batch(cal)
+    ip = calibrate(model, cond, min(frames, 8), seed=seed, cfg_scale=cfg_scale, uncond_prompt_tokens=uncond)
+
+    records = []
+    cond, uncond = batch(prompts)
+    ip.install(model)
+    try:
+        with torch.no_grad():
+            tokens, stats = generate(model, cond, frames, seed=seed, cfg_scale=cfg_scale,
+                                     uncond_prompt_tokens=uncond, fastcar=fastcar, sparse=sparse,
+                                     recorder=records.append, progress=progress)
+    finally:
+        model.set_mlp_override(None)
+        model.set_replay_rule(None)
+
+    recs = [r for r in records if r.frame is not None]
+    G, B = len(recs), recs[0].x.shape[0]
+    H, dh, d, f, L = mc.n_heads, mc.head_dim, mc.d_model, mc.d_ff, mc.n_layers
+    t = {
+        "group_layer": np.array([r.layer for r in recs], np.int16),
+        "group_frame": np.array([r.frame for r in recs], np.int16),
+        "group_index": np.array([r.index for r in recs], np.int16),
+        "x": np.zeros((G, B, d), np.int8), "q": np.zeros((G, B, H, dh), np.int8),
+        "k_prev": np.zeros((G, B, H, dh), np.int8), "tas": np.zeros((G, B), np.int64),
+        "replay": np.zeros((G, B), np.uint8), "y": np.zeros((G, B, d), np.int8),
+    }
+    for g, r in enumerate(recs):
+        li = r.layer
+        t["x"][g] = ip.quantize_x(li, r.x.numpy())
+        if r.q is not None:
+            q_q, k_q = ip.quantize_qk(li, r.q.numpy(), r.k_prev.numpy())
+            t["q"][g], t["k_prev"][g] = q_q, k_q
+            t["tas"][g] = quant.tas_int(q_q, k_q)
+        t["replay"][g] = r.replay.numpy()
+        y = np.rint(r.mlp_out.double().numpy() / ip.layers[li].scales["s_y"])
+        t["y"][g] = y.astype(np.int8)
+    for name in ("wg", "wu", "wd"):
+        t[name] = np.stack([getattr(Lr, name) for Lr in ip.layers])
+    for name in ("mult_g", "shift_g", "mult_u", "shift_u", "lut", "mult_h", "shift_h", "mult_d", "shift_d"):
+        dtype = {"lut": np.int8}.get(name, np.uint16 if name.startswith("mult") else np.uint8)
+        t[name] = np.stack([np.asarray(Lr.consts[name]) for Lr in ip.layers]).astype(dtype)
+    t["threshold"] = np.array([ip.threshold(li, taus[li], strict=strict) for li in range(L)], np.int64)
+
+    ratio_layer = stats.replay_ratio_per_layer().tolist()
+    manifest = {
+        "source": f"python sw/export_trace.py (checkpoint {ckpt.path.name}, torch {torch.__version__})",
+        "model": mc.to_dict(),
+        "tile": DEFAULT_TILE.to_dict(),
+        "dims": {"layers": L, "groups": G, "batch": B, "d_model": d, "d_ff": f, "n_heads": H, "head_dim": dh},
+        "layers": L, "frames": frames, "tokens_per_frame": mc.tokens_per_frame,
+        "decode": {"prompts": prompts, "rows": ["cond", "uncond"] if cfg_scale else ["cond"],
+                   "row_order": "conditional rows first, then unconditional", "cfg_scale": cfg_scale,
+                   "seed": seed, "tau": taus, "strict": strict, "score": "logit",
+                   "refresh_every": refresh_every, "max_chain": max_chain,
+                   "sparse": None if sparse is None else {"sinks": sparse.sinks, "window": sparse.window}},
+        "calibration_prompts": cal,
+        "scales": [Lr.scales for Lr in ip.layers],
+        "replay_ratio": float(stats.replay_ratio()),
+        "replay_ratio_per_layer": [float(v) for v in ratio_layer],
+        "video_tokens": tokens.tolist(),
+    }
+    write_decode_trace(out, manifest, t, force=force)
+    return {"out": str(out), "groups": G, "batch": B, "replay_ratio": manifest["replay_ratio"],
+            "replay_ratio_per_layer": manifest["replay_ratio_per_layer"]}
+
+
 def main(argv=None) -> int:
+    from sw.checkpoint import CheckpointError
+
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", type=Path, default=Path("build/traces/gemm_tile"),
-                    help="trace directory to write (default: %(default)s)")
-    ap.add_argument("--tile", type=Path, default=None,
-                    help="tile geometry as JSON (default: the built-in default tile)")
-    ap.add_argument("--batch", type=int, default=16, help="rows of activations (default: %(default)s)")
-    ap.add_argument("--seed", type=int, default=0, help="torch seed (default: %(default)s)")
+    ap.add_argument("--out", type=Path, default=None,
+                    help="trace directory (default: build/traces/fastcar, or build/traces/gemm_tile)")
+    ap.add_argument("--prompt", action="append", help="prompt (repeatable; default: two default prompts)")
+    ap.add_argument("--frames", type=int, default=8, help="frames to generate (default: %(default)s)")
+    ap.add_argument("--tau", type=str, default=str(DEFAULT_TAU),
+                    help="threshold: one value, or comma-separated per layer (default: %(default)s)")
+    ap.add_argument("--strict", action="store_true", help="replay when score > tau (default: >=)")
+    ap.add_argument("--refresh-every", type=int, default=None, help="drift guard: compute every K-th frame")
+    ap.add_argument("--max-chain", type=int, default=None, help="drift guard: longest replay chain")
+    ap.add_argument("--sparse-window", type=int, default=None, help="sparse attention: local window")
+    ap.add_argument("--sinks", type=int, default=None, help="sparse attention: sink tokens")
+    ap.add_argument("--cfg", type=float, default=DEFAULT_CFG,
+                    help="guidance scale, 0 = off (default: %(default)s)")
+    ap.add_argument("--checkpoint", type=Path, default=None,
+                    help="model directory (default: the shipped model)")
+    ap.add_argument("--seed", type=int, default=0, help="sampling seed (default: %(default)s)")
+    ap.add_argument("--linear", action="store_true", help="write a single-layer GEMM trace instead")
+    ap.add_argument("--tile", type=Path, default=None, help="--linear: tile geometry as JSON")
+    ap.add_argument("--batch", type=int, default=16,
+                    help="--linear: rows of activations (default: %(default)s)")
     ap.add_argument("--force", action="store_true", help="overwrite an existing trace directory")
     args = ap.parse_args(argv)
     try:
-        if args.batch < 1:
-            raise TraceError(f"--batch must be at least 1, not {args.batch}")
-        tile = TileConfig.from_json(args.tile) if args.tile else DEFAULT_TILE
-        info = export_linear_trace(args.out, tile, batch=args.batch, seed=args.seed, force=args.force)
-    except (TraceError, ConfigError, quant.QuantError) as e:
+        if args.linear:
+            if args.batch < 1:
+                raise TraceError(f"--batch must be at least 1, not {args.batch}")
+            tile = TileConfig.from_json(args.tile) if args.tile else DEFAULT_TILE
+            out = args.out or Path("build/traces/gemm_tile")
+            info = export_linear_trace(out, tile, batch=args.batch, seed=args.seed, force=args.force)
+            print(f"wrote {info['out']}: {info['batch']} rows, tile {tile.to_dict()}, "
+                  f"int8 vs float relative error {info['relative_error']:.4f}")
+            return 0
+        try:
+            taus = [float(v) for v in args.tau.split(",")]
+        except ValueError:
+            raise TraceError(f"--tau: not a number or comma-separated numbers: {args.tau!r}") from None
+        if args.sparse_window is not None and args.sparse_window < 1:
+            raise TraceError(f"--sparse-window must be at least 1, not {args.sparse_window}")
+        info = export_decode_trace(args.out or Path("build/traces/fastcar"), checkpoint=args.checkpoint,
+                                   prompts=args.prompt, frames=args.frames,
+                                   tau=taus[0] if len(taus) == 1 else taus, strict=args.strict,
+                                   refresh_every=args.refresh_every, max_chain=args.max_chain,
+                                   sinks=args.sinks, window=args.sparse_window, cfg_scale=args.cfg or None,
+                                   seed=args.seed, force=args.force)
+    except (TraceError, ConfigError, quant.QuantError, CheckpointError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
-    print(f"wrote {info['out']}: {info['batch']} rows, tile {tile.to_dict()}, "
-          f"int8 vs float relative error {info['relative_error']:.4f}")
+    per_layer = ", ".join(f"{v:.2f}" for v in info["replay_ratio_per_layer"])
+    print(f"wrote {info['out']}: {info['groups']} groups x {info['batch']} rows, "
+          f"replay ratio {info['replay_ratio']:.3f} (per layer {per_layer})")
     return 0
 
 

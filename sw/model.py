@@ -110,6 +110,11 @@ class ModelConfig:
     codebook_size : int
         Number of image token ids; frame tokens are sampled from
         ``[image_token_offset, image_token_offset + codebook_size)``.
+    spatial_embedding : bool
+        Add a learned embedding of the in-frame position ``(p - prompt_len) mod tokens_per_frame``
+        (weight ``embed_spatial``) to every frame token. RoPE alone only tells relative distance;
+        this tells a token where in the frame grid it sits. Not part of HF LLaMA (off for
+        loaded checkpoints).
     """
 
     vocab_size: int
@@ -125,6 +130,7 @@ class ModelConfig:
     n_kv_heads: int | None = None
     image_token_offset: int = 0
     codebook_size: int = 256
+    spatial_embedding: bool = False
 
     def __post_init__(self):
         def fail(msg):
@@ -446,6 +452,8 @@ class Decoder(nn.Module):
         super().__init__()
         self.config = config
         self.embed_tokens = nn.Embedding(config.vocab_size, config.d_model)
+        if config.spatial_embedding:
+            self.embed_spatial = nn.Embedding(config.tokens_per_frame, config.d_model)
         self.layers = nn.ModuleList(DecoderLayer(config) for _ in range(config.n_layers))
         self.norm = RMSNorm(config.d_model, config.norm_eps)
         self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
@@ -459,6 +467,17 @@ class Decoder(nn.Module):
                 nn.init.normal_(module.weight, mean=0.0, std=init_std)
 
     # -- configuration -------------------------------------------------------------------------
+
+    def _embed(self, tokens: torch.Tensor, p0: int) -> torch.Tensor:
+        """Token embeddings of ``tokens`` [B, T] at positions ``p0 ..``, plus the in-frame position
+        embedding for frame tokens when the config asks for it."""
+        x = self.embed_tokens(tokens)
+        if self.config.spatial_embedding:
+            pos = torch.arange(p0, p0 + tokens.shape[1], device=tokens.device)
+            frame_tok = pos >= self.config.prompt_len
+            idx = (pos - self.config.prompt_len).remainder(self.config.tokens_per_frame)
+            x = x + self.embed_spatial(idx) * frame_tok[:, None].to(x.dtype)
+        return x
 
     def set_max_seq_len(self, max_seq_len: int) -> None:
         """Recompute the RoPE tables for a new maximum length and update :attr:`config`.
@@ -539,7 +558,7 @@ class Decoder(nn.Module):
         b, t = tokens.shape
         if t > self.config.max_seq_len:
             raise ValueError(f"sequence of {t} tokens exceeds max_seq_len={self.config.max_seq_len}")
-        x = self.embed_tokens(tokens)
+        x = self._embed(tokens, 0)
         cos, sin = self.rope_cos[:t], self.rope_sin[:t]
         for index, layer in enumerate(self.layers):
             attn = layer.self_attn
@@ -631,7 +650,7 @@ class Decoder(nn.Module):
         if p0 > 0 or state.sparse is not None:
             mask = attention_mask(torch.arange(p0, end), end, state.sparse).to(tokens.device)
         cos, sin = self.rope_cos[p0:end], self.rope_sin[p0:end]
-        x = self.embed_tokens(tokens)
+        x = self._embed(tokens, p0)
         for index, layer in enumerate(self.layers):
             attn = layer.self_attn
             h = layer.input_layernorm(x)
@@ -696,7 +715,7 @@ class Decoder(nn.Module):
         windowed = sparse is not None and p + 1 > sparse.sinks + sparse.window
         layer_replay, layer_forced, layer_tas = [], [], []
 
-        x = self.embed_tokens(token)
+        x = self._embed(token[:, None], p)[:, 0]
         for li, layer in enumerate(self.layers):
             attn = layer.self_attn
             h_dim, kv_dim, dh = attn.n_heads, attn.n_kv_heads, attn.head_dim

@@ -208,20 +208,34 @@ def check_golden(trace: GemmTrace) -> str | None:
     return None if msg is None else f"{trace.path / 'y.npy'}: golden model disagrees with stored {msg}"
 
 
+def trace_kind(d) -> str:
+    """The ``kind`` field of a trace directory's manifest (validated)."""
+    return str(_load_manifest(Path(d)).get("kind"))
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description="Validate a FastCar-HW trace directory.")
     ap.add_argument("trace", type=Path, help="trace directory (holds manifest.json)")
     args = ap.parse_args(argv)
     try:
-        tr = load_trace(args.trace)
+        if trace_kind(args.trace) == "fastcar_decode":
+            from sw.decode_trace import check_decode_trace, load_decode_trace
+
+            dt = load_decode_trace(args.trace)
+            msg = check_decode_trace(dt)
+            summary = (f"fastcar_decode, {dt.dims['groups']} groups x {dt.dims['batch']} rows, "
+                       f"replay ratio {dt.manifest['replay_ratio']:.3f}")
+        else:
+            tr = load_trace(args.trace)
+            msg = check_golden(tr)
+            summary = f"gemm_tile {tr.tile.to_dict()}, {tr.batch} rows"
     except TraceError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
-    msg = check_golden(tr)
     if msg:
         print(f"error: {msg}", file=sys.stderr)
         return 1
-    print(f"{args.trace}: ok, gemm_tile {tr.tile.to_dict()}, {tr.batch} rows")
+    print(f"{args.trace}: ok, {summary}")
     return 0
 
 

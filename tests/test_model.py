@@ -481,3 +481,21 @@ def test_score_helper_matches_definition():
     expected = torch.tensor([sum(float(q[b, h] @ k[b, h]) for h in range(4)) / 4 / math.sqrt(8)
                              for b in range(3)])
     torch.testing.assert_close(temporal_attention_score(q, k), expected, atol=1e-5, rtol=1e-5)
+
+
+def test_spatial_embedding_decode_matches_forward():
+    torch.manual_seed(0)
+    cfg = ModelConfig(vocab_size=40, d_model=32, n_layers=2, n_heads=2, d_ff=48, tokens_per_frame=4,
+                      prompt_len=3, codebook_size=32, spatial_embedding=True)
+    model = Decoder(cfg).eval()
+    assert model.embed_spatial.weight.shape == (4, 32)
+    tokens = torch.randint(0, 32, (2, 3 + 3 * 4))
+    full = model(tokens)
+    state = model.new_state(2)
+    model.prefill(tokens[:, :3], state)
+    for p in range(3, tokens.shape[1] - 1):
+        step_logits = model.step(tokens[:, p], state)
+        torch.testing.assert_close(step_logits, full[:, p], rtol=1e-5, atol=1e-5)
+    # The embedding matters: without it the logits differ.
+    model.embed_spatial.weight.data.zero_()
+    assert not torch.allclose(model(tokens)[:, 5], full[:, 5])

@@ -32,10 +32,11 @@ def test_golden_trace_agrees_with_golden_model():
 
 def test_changed_byte_names_first_element(trace):
     raw = bytearray((trace / "y.npy").read_bytes())
-    raw[-1] ^= 0x01                               # the last element, y[15, 31]
+    raw[-1] ^= 0x01                               # the last element
     (trace / "y.npy").write_bytes(bytes(raw))
+    b, n = np.load(trace / "y.npy").shape
     msg = check_golden(load_trace(trace))
-    assert msg is not None and "y[15, 31]" in msg and "1 of 512 elements differ" in msg
+    assert msg is not None and f"y[{b - 1}, {n - 1}]" in msg and f"1 of {b * n} elements differ" in msg
 
 
 def test_first_mismatch():
@@ -60,11 +61,13 @@ def _edit_manifest(trace, fn):
     (lambda d: (d / "manifest.json").write_text("{nope"), "manifest.json: not valid JSON"),
     (lambda d: (d / "w.npy").unlink(), "w.npy: missing"),
     (lambda d: (d / "x.npy").write_bytes((d / "x.npy").read_bytes()[:100]), "x.npy: cannot read tensor 'x'"),
-    (lambda d: np.save(d / "x.npy", np.zeros((16, 64), np.float32)), "x.npy: field 'x' has dtype float32"),
-    (lambda d: np.save(d / "w.npy", np.zeros((64, 31), np.int8)), "w.npy: field 'w' has shape [64, 31]"),
+    (lambda d: np.save(d / "x.npy", np.zeros((16, DEFAULT_TILE.k_dim), np.float32)),
+     "x.npy: field 'x' has dtype float32"),
+    (lambda d: np.save(d / "w.npy", np.zeros((DEFAULT_TILE.k_dim, 31), np.int8)),
+     f"w.npy: field 'w' has shape [{DEFAULT_TILE.k_dim}, 31]"),
     (lambda d: _edit_manifest(d, lambda m: m.update(version=9)), "field 'version' is 9"),
-    (lambda d: _edit_manifest(d, lambda m: m["tile"].update(k_dim=65)),
-     "k_dim=65 is not a multiple of rows=4"),
+    (lambda d: _edit_manifest(d, lambda m: m["tile"].update(k_dim=97)),
+     "k_dim=97 is not a multiple of rows=4"),
     (lambda d: _edit_manifest(d, lambda m: m["tile"].update(rows=1, k_dim=200000)),
      "k_dim=200000 could overflow the int32 accumulator"),
 ])
@@ -76,7 +79,7 @@ def test_bad_trace_is_refused(trace, breakage, msg):
 
 def test_trace_for_another_tile_is_refused():
     with pytest.raises(TraceError, match="but the design is built for"):
-        load_trace(GOLDEN, TileConfig(rows=2, cols=2, k_dim=64, n_dim=32))
+        load_trace(GOLDEN, TileConfig(rows=2, cols=2, k_dim=DEFAULT_TILE.k_dim, n_dim=DEFAULT_TILE.n_dim))
 
 
 def test_write_is_atomic_and_refuses_overwrite(tmp_path):
@@ -102,20 +105,20 @@ def run_cli(*args):
 
 def test_export_trace_cli(tmp_path):
     out = tmp_path / "tr"
-    r = run_cli("sw/export_trace.py", "--out", str(out), "--batch", "4", "--seed", "3")
+    r = run_cli("sw/export_trace.py", "--linear", "--out", str(out), "--batch", "4", "--seed", "3")
     assert r.returncode == 0, r.stderr
     assert check_golden(load_trace(out)) is None
-    r = run_cli("sw/export_trace.py", "--out", str(out))
+    r = run_cli("sw/export_trace.py", "--linear", "--out", str(out))
     assert r.returncode == 1
     assert r.stderr.strip() == f"error: {out}: already exists; pass --force to overwrite"
-    r = run_cli("sw/export_trace.py", "--out", str(out), "--batch", "0", "--force")
+    r = run_cli("sw/export_trace.py", "--linear", "--out", str(out), "--batch", "0", "--force")
     assert r.returncode == 1 and r.stderr.count("\n") == 1 and "--batch must be at least 1" in r.stderr
 
 
 def test_export_reproduces_shipped_golden(tmp_path):
     """The committed trace is what the documented command makes (same torch, same seed)."""
     out = tmp_path / "g"
-    r = run_cli("sw/export_trace.py", "--out", str(out))
+    r = run_cli("sw/export_trace.py", "--linear", "--out", str(out))
     assert r.returncode == 0, r.stderr
     a, b = load_trace(out), load_trace(GOLDEN)
     for name in ("x", "w", "mult", "shift", "y"):
@@ -124,7 +127,7 @@ def test_export_reproduces_shipped_golden(tmp_path):
 
 def test_trace_check_cli(trace):
     assert run_cli("-m", "sw.trace", str(GOLDEN)).returncode == 0
-    np.save(trace / "shift.npy", np.full(32, 64, np.uint8))
+    np.save(trace / "shift.npy", np.full(DEFAULT_TILE.n_dim, 64, np.uint8))
     r = run_cli("-m", "sw.trace", str(trace))
     assert r.returncode == 1 and r.stderr.count("\n") == 1
     assert "shift.npy: field 'shift' has 64, above the spec's maximum 63" in r.stderr

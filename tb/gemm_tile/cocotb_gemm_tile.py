@@ -22,7 +22,8 @@ from hw.axis_adapter import axis_width
 from hw.payload import pack_int8, rq_words, weight_words
 from sw import quant
 from sw.config import TileConfig
-from sw.trace import first_mismatch, load_trace
+from sw.decode_trace import gemm_case, load_decode_trace
+from sw.trace import first_mismatch, load_trace, trace_kind
 
 
 def random_pauses(seed, p):
@@ -75,7 +76,13 @@ class TB:
 def case_from_env(cfg):
     """(x, w, mult, shift, expected y or None, label) from the environment."""
     if "FASTCAR_TRACE" in os.environ:
-        tr = load_trace(os.environ["FASTCAR_TRACE"], cfg)
+        path = os.environ["FASTCAR_TRACE"]
+        if trace_kind(path) == "fastcar_decode":
+            # A real decode trace: layer 0's gate projection on the rows it really computed.
+            tr = load_decode_trace(path)
+            x, w, mult, shift, y = gemm_case(tr, layer=0, max_rows=int(os.environ.get("FASTCAR_ROWS", "16")))
+            return x, w, mult, shift, y, f"{path}: layer 0 gate projection"
+        tr = load_trace(path, cfg)
         return tr.x, tr.w, tr.mult, tr.shift, tr.y, str(tr.path / "y.npy")
     rng = np.random.default_rng(int(os.environ["FASTCAR_RANDOM"]))
     b = int(os.environ.get("FASTCAR_BATCH", "12"))

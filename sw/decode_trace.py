@@ -1,0 +1,213 @@
+"""FastCar decode traces: what the accelerator sees, group by group, from a real rollout.
+
+A *group* is one layer at one decode step and holds the B rows of the batch (several prompts, and
+the conditional and unconditional rows of classifier-free guidance). Groups are stored in decode
+order: step (frame, index) major, layer minor. For every group and row the trace holds the MLP
+input ``x``, the ``q`` of the token and the ``k`` of the same position one frame earlier, the integer
+TAS, the replay decision and the int8 MLP output that was used. The per-layer integer constants
+(weights, requantisation, SiLU table, TAS threshold) sit beside them. The format is described in
+``golden/README.md``; :func:`load_decode_trace` validates a directory, including a SHA-256 per file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from sw.trace import FORMAT, MANIFEST, TraceError
+
+KIND = "fastcar_decode"
+VERSION = 1
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def tensor_specs(L: int, G: int, B: int, d: int, f: int, H: int, dh: int) -> dict:
+    """name -> (dtype, shape) of every tensor of a decode trace."""
+    return {
+        # per layer constants
+        "wg": ("int8", (L, d, f)), "wu": ("int8", (L, d, f)), "wd": ("int8", (L, f, d)),
+        "mult_g": ("uint16", (L, f)), "shift_g": ("uint8", (L, f)),
+        "mult_u": ("uint16", (L, f)), "shift_u": ("uint8", (L, f)),
+        "lut": ("int8", (L, 256)),
+        "mult_h": ("uint16", (L,)), "shift_h": ("uint8", (L,)),
+        "mult_d": ("uint16", (L, d)), "shift_d": ("uint8", (L, d)),
+        "threshold": ("int64", (L,)),
+        # per group
+        "group_layer": ("int16", (G,)), "group_frame": ("int16", (G,)), "group_index": ("int16", (G,)),
+        "x": ("int8", (G, B, d)),
+        "q": ("int8", (G, B, H, dh)), "k_prev": ("int8", (G, B, H, dh)),
+        "tas": ("int64", (G, B)),
+        "replay": ("uint8", (G, B)),
+        "y": ("int8", (G, B, d)),
+    }
+
+
+@dataclass
+class DecodeTrace:
+    path: Path
+    manifest: dict
+    t: dict  # name -> ndarray
+
+    def __getattr__(self, name):
+        try:
+            return self.__dict__["t"][name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+    @property
+    def dims(self) -> dict:
+        return self.manifest["dims"]
+
+    def layer_consts(self, layer: int) -> dict:
+        """Constants of one layer in the form :func:`sw.quant.swiglu_int8` takes."""
+        names = ("mult_g", "shift_g", "mult_u", "shift_u", "lut", "mult_h", "shift_h", "mult_d", "shift_d")
+        return {n: self.t[n][layer] for n in names}
+
+
+def write_decode_trace(out, manifest: dict, tensors: dict, *, force: bool = False) -> Path:
+    """Write atomically: a temporary sibling directory, then a rename. Refuses an existing
+    non-empty directory unless ``force``."""
+    out = Path(out)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())) and not force:
+        raise TraceError(f"{out}: already exists and is not empty; pass --force to overwrite")
+    dims = manifest["dims"]
+    specs = tensor_specs(dims["layers"], dims["groups"], dims["batch"], dims["d_model"], dims["d_ff"],
+                         dims["n_heads"], dims["head_dim"])
+    if set(tensors) != set(specs):
+        raise TraceError(f"{out}: tensors {sorted(set(specs) ^ set(tensors))} missing or unexpected")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        tmp.chmod(0o755)
+        entries = {}
+        for name, (dtype, shape) in specs.items():
+            arr = np.ascontiguousarray(tensors[name])
+            if str(arr.dtype) != dtype or arr.shape != shape:
+                raise TraceError(f"{out}: tensor '{name}' is {arr.dtype} {arr.shape}, "
+                                 f"expected {dtype} {shape}")
+            np.save(tmp / f"{name}.npy", arr, allow_pickle=False)
+            entries[name] = {"file": f"{name}.npy", "dtype": dtype, "shape": list(shape),
+                             "sha256": _sha256(tmp / f"{name}.npy")}
+        man = {"format": FORMAT, "version": VERSION, "kind": KIND, **manifest, "tensors": entries}
+        (tmp / MANIFEST).write_text(json.dumps(man, indent=1) + "\n")
+        for f in tmp.iterdir():
+            f.chmod(0o644)
+        if out.exists():
+            old = out.with_name(f".{out.name}.old")
+            shutil.rmtree(old, ignore_errors=True)
+            os.replace(out, old)
+            os.replace(tmp, out)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out
+
+
+def load_decode_trace(d, *, verify: bool = True) -> DecodeTrace:
+    """Load and validate a decode trace directory (checksums too, unless ``verify=False``)."""
+    d = Path(d)
+    if not d.is_dir():
+        raise TraceError(f"{d}: trace directory does not exist")
+    mpath = d / MANIFEST
+    if not mpath.is_file():
+        raise TraceError(f"{mpath}: missing (a trace directory needs a {MANIFEST})")
+    try:
+        man = json.loads(mpath.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise TraceError(f"{mpath}: not valid JSON ({e})") from None
+    if not isinstance(man, dict) or man.get("format") != FORMAT or man.get("kind") != KIND:
+        raise TraceError(f"{mpath}: not a {KIND} trace (fields 'format'/'kind')")
+    if man.get("version") != VERSION:
+        raise TraceError(f"{mpath}: field 'version' is {man.get('version')!r}, this code reads {VERSION}")
+    dims = man.get("dims")
+    keys = ("layers", "groups", "batch", "d_model", "d_ff", "n_heads", "head_dim")
+    if not isinstance(dims, dict) or any(not isinstance(dims.get(k), int) or dims[k] < 1 for k in keys):
+        raise TraceError(f"{mpath}: field 'dims' needs positive integers {list(keys)}")
+    specs = tensor_specs(*(dims[k] for k in keys))
+    entries = man.get("tensors")
+    if not isinstance(entries, dict):
+        raise TraceError(f"{mpath}: field 'tensors' missing or not an object")
+    t = {}
+    for name, (dtype, shape) in specs.items():
+        ent = entries.get(name)
+        if not isinstance(ent, dict) or "file" not in ent:
+            raise TraceError(f"{mpath}: field 'tensors.{name}' missing or has no 'file'")
+        f = d / ent["file"]
+        if not f.is_file():
+            raise TraceError(f"{f}: missing (listed as tensor '{name}' in {MANIFEST})")
+        if verify and ent.get("sha256") != _sha256(f):
+            raise TraceError(f"{f}: SHA-256 does not match the manifest (file changed or corrupt)")
+        try:
+            arr = np.load(f, allow_pickle=False)
+        except Exception as e:
+            raise TraceError(f"{f}: cannot read tensor '{name}' ({type(e).__name__}: {e})") from None
+        if str(arr.dtype) != dtype:
+            raise TraceError(f"{f}: field '{name}' has dtype {arr.dtype}, expected {dtype}")
+        if arr.shape != shape:
+            raise TraceError(f"{f}: field '{name}' has shape {list(arr.shape)}, expected {list(shape)}")
+        t[name] = arr
+    return DecodeTrace(path=d, manifest=man, t=t)
+
+
+def check_decode_trace(tr: DecodeTrace) -> str | None:
+    """Recompute every group with the golden model; ``None`` if the trace is self-consistent.
+
+    Checks: computed rows' ``y`` equals :func:`sw.quant.swiglu_int8` of their ``x``; replayed rows'
+    ``y`` equals the ``y`` used at the same (layer, index, row) one frame earlier (chaining); the
+    integer TAS equals :func:`sw.quant.tas_int`; frame 0 never replays.
+    """
+    from sw import quant
+
+    L = tr.dims["layers"]
+    prev = {}
+    for g in range(tr.dims["groups"]):
+        li, fr, ix = int(tr.group_layer[g]), int(tr.group_frame[g]), int(tr.group_index[g])
+        at = f"group {g} (layer {li}, frame {fr}, index {ix})"
+        rep = tr.replay[g].astype(bool)
+        if fr == 0 and rep.any():
+            return f"{at}: frame 0 replays"
+        if fr > 0:
+            tas = quant.tas_int(tr.q[g], tr.k_prev[g])
+            if not np.array_equal(tas, tr.tas[g]):
+                return f"{at}: tas {tr.tas[g]} != {tas}"
+        comp = ~rep
+        if comp.any():
+            y = quant.swiglu_int8(tr.x[g][comp], tr.wg[li], tr.wu[li], tr.wd[li], tr.layer_consts(li))
+            if not np.array_equal(y, tr.y[g][comp]):
+                return f"{at}: MLP output differs from the golden model"
+        if rep.any():
+            key = (li, ix)
+            if key not in prev or not np.array_equal(prev[key][rep], tr.y[g][rep]):
+                return f"{at}: replayed output is not the cached one"
+        prev[(li, ix)] = tr.y[g]
+    del L
+    return None
+
+
+def gemm_case(tr: DecodeTrace, *, layer: int = 0, max_rows: int = 24):
+    """The gate projection of ``layer`` on the rows the trace really computed.
+
+    Returns ``(x, w, mult, shift, y)`` for the GEMM tile: ``x`` int8 [rows, d_model], ``w`` int8
+    [d_model, d_ff], ``y = gemm_int8(x, w, mult, shift)`` (the gate activations the MLP core's
+    first GEMM must produce).
+    """
+    from sw import quant
+
+    sel = tr.group_layer == layer
+    rows = [tr.x[g][~tr.replay[g].astype(bool)] for g in np.flatnonzero(sel)]
+    x = np.concatenate(rows)[:max_rows]
+    w, mult, shift = tr.wg[layer], tr.mult_g[layer], tr.shift_g[layer]
+    return x, w, mult, shift, quant.gemm_int8(x, w, mult, shift)

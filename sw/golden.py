@@ -1,0 +1,158 @@
+"""The integer path: the accelerator's golden model, calibrated from a trained model.
+
+:func:`calibrate` runs the float model on calibration prompts and fixes, per layer, the int8
+scales of the MLP input, gate, up, SiLU output, gated product, MLP output, and of ``q`` and the
+previous frame's ``k`` for the temporal attention score. It quantises the MLP weights per output
+channel and turns every scale ratio into the integer ``(mult, shift)`` constants of
+``sw/quant.py``. The result, :class:`IntegerPath`, computes the MLP and the replay decision with
+integer arithmetic only (:func:`sw.quant.swiglu_int8`, :func:`sw.quant.tas_int`); floating point
+appears only where a float activation enters (quantisation of ``x``, ``q``, ``k``) and where the
+int8 result leaves (``y_q * s_y``).
+
+:meth:`IntegerPath.install` plugs it into a :class:`sw.model.Decoder`, so that generation runs
+with the integer MLP and integer replay decisions, exactly as the accelerator would.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from sw import quant
+
+
+@dataclass
+class LayerInt:
+    """Integer constants of one layer (plus the float scales they came from)."""
+
+    wg: np.ndarray              # int8 [d, d_ff]
+    wu: np.ndarray              # int8 [d, d_ff]
+    wd: np.ndarray              # int8 [d_ff, d]
+    consts: dict                # mult_*/shift_* and lut, as sw.quant.swiglu_int8 wants them
+    scales: dict = field(default_factory=dict)   # s_x, s_gate, s_up, s_act, s_h, s_y, s_q, s_k
+
+
+def _scale(amax: float) -> float:
+    return float(amax) / quant.INT8_MAX if amax > 0 else 1.0
+
+
+def _mult_shift(scale):
+    mult, shift = quant.scale_to_mult_shift(scale)
+    return mult, shift
+
+
+def quantize_layer(mlp, amax: dict) -> LayerInt:
+    """Integer constants for one SwiGLU MLP (``nn.Module`` with gate/up/down projections)."""
+    wg_f = mlp.gate_proj.weight.detach().double().numpy().T       # [d, d_ff]
+    wu_f = mlp.up_proj.weight.detach().double().numpy().T
+    wd_f = mlp.down_proj.weight.detach().double().numpy().T       # [d_ff, d]
+    wg, s_wg = quant.quantize_weight(wg_f)
+    wu, s_wu = quant.quantize_weight(wu_f)
+    wd, s_wd = quant.quantize_weight(wd_f)
+    s = {k: _scale(amax[k]) for k in ("x", "gate", "up", "act", "h", "y", "q", "k")}
+    mult_g, shift_g = _mult_shift(s["x"] * s_wg / s["gate"])
+    mult_u, shift_u = _mult_shift(s["x"] * s_wu / s["up"])
+    mult_h, shift_h = _mult_shift(s["act"] * s["up"] / s["h"])
+    mult_d, shift_d = _mult_shift(s["h"] * s_wd / s["y"])
+    consts = {
+        "mult_g": mult_g, "shift_g": shift_g, "mult_u": mult_u, "shift_u": shift_u,
+        "lut": quant.silu_lut(s["gate"], s["act"]),
+        "mult_h": mult_h[0], "shift_h": shift_h[0],
+        "mult_d": mult_d, "shift_d": shift_d,
+    }
+    return LayerInt(wg=wg, wu=wu, wd=wd, consts=consts, scales={f"s_{k}": v for k, v in s.items()})
+
+
+class IntegerPath:
+    """Integer MLP and integer TAS for every layer of a model.
+
+    Parameters
+    ----------
+    layers : list of LayerInt
+    n_heads, head_dim : int
+        Attention geometry (for the TAS threshold).
+    """
+
+    def __init__(self, layers: list[LayerInt], n_heads: int, head_dim: int):
+        self.layers = layers
+        self.n_heads = n_heads
+        self.head_dim = head_dim
+
+    # -- the MLP ------------------------------------------------------------------------------
+    def quantize_x(self, layer: int, x) -> np.ndarray:
+        return quant.quantize_activation(np.asarray(x, dtype=np.float64), self.layers[layer].scales["s_x"])
+
+    def mlp_int(self, layer: int, x_q) -> np.ndarray:
+        """int8 [rows, d] -> int8 [rows, d]."""
+        L = self.layers[layer]
+        return quant.swiglu_int8(x_q, L.wg, L.wu, L.wd, L.consts)
+
+    def mlp(self, layer: int, x: torch.Tensor) -> torch.Tensor:
+        """Float in, float out, integer inside: the MLP override for :class:`sw.model.Decoder`."""
+        y_q = self.mlp_int(layer, self.quantize_x(layer, x.detach().cpu().numpy()))
+        return torch.from_numpy(y_q.astype(np.float32) * np.float32(self.layers[layer].scales["s_y"]))
+
+    # -- the temporal attention score ---------------------------------------------------------
+    def quantize_qk(self, layer: int, q, k_prev) -> tuple[np.ndarray, np.ndarray]:
+        s = self.layers[layer].scales
+        return (quant.quantize_activation(np.asarray(q, dtype=np.float64), s["s_q"]),
+                quant.quantize_activation(np.asarray(k_prev, dtype=np.float64), s["s_k"]))
+
+    def threshold(self, layer: int, tau: float, *, strict: bool = False) -> int:
+        s = self.layers[layer].scales
+        return quant.tas_threshold(tau, s["s_q"], s["s_k"], self.n_heads, self.head_dim, strict=strict)
+
+    def tas_int(self, layer: int, q, k_prev) -> np.ndarray:
+        q_q, k_q = self.quantize_qk(layer, q, k_prev)
+        return quant.tas_int(q_q, k_q)
+
+    # -- plugging into the model --------------------------------------------------------------
+    def install(self, model, *, replay: bool = True) -> None:
+        """Use the integer MLP (and, if ``replay``, integer replay decisions) in ``model``."""
+        model.set_mlp_override(self.mlp)
+        if replay:
+            model.set_replay_rule(self.replay_rule)
+
+    def replay_rule(self, layer: int, q: torch.Tensor, k_prev: torch.Tensor, tau: float,
+                    strict: bool) -> torch.Tensor:
+        """Integer replay decision: ``tas_int(q_q, k_q) >= T(tau)``."""
+        score = self.tas_int(layer, q.detach().cpu().numpy(), k_prev.detach().cpu().numpy())
+        th = self.threshold(layer, tau, strict=strict)
+        return torch.from_numpy(quant.replay_decision(score, th))
+
+
+def calibrate(model, prompt_tokens: torch.Tensor, frames: int, *, seed: int = 0, cfg_scale=None,
+              uncond_prompt_tokens=None, progress: bool = False) -> IntegerPath:
+    """Run a dense float rollout and take per-layer maxima of every quantised quantity."""
+    from sw.model import generate
+
+    n_layers = model.config.n_layers
+    amax = [dict.fromkeys(("x", "gate", "up", "act", "h", "y", "q", "k"), 0.0) for _ in range(n_layers)]
+
+    def upd(li, key, t):
+        amax[li][key] = max(amax[li][key], float(t.abs().max()))
+
+    def recorder(rec):
+        li = rec.layer
+        mlp = model.layers[li].mlp
+        x = rec.x.float()
+        gate = mlp.gate_proj(x)
+        up = mlp.up_proj(x)
+        act = torch.nn.functional.silu(gate)
+        upd(li, "x", x)
+        upd(li, "gate", gate)
+        upd(li, "up", up)
+        upd(li, "act", act)
+        upd(li, "h", act * up)
+        upd(li, "y", rec.mlp_out)
+        if rec.q is not None:
+            upd(li, "q", rec.q)
+            upd(li, "k", rec.k_prev)
+
+    with torch.no_grad():
+        generate(model, prompt_tokens, frames, seed=seed, cfg_scale=cfg_scale,
+                 uncond_prompt_tokens=uncond_prompt_tokens, recorder=recorder, progress=progress)
+        layers = [quantize_layer(model.layers[li].mlp, amax[li]) for li in range(n_layers)]
+    return IntegerPath(layers, model.config.n_heads, model.config.head_dim)
