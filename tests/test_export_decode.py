@@ -18,8 +18,8 @@ from sw.golden import calibrate
 from sw.model import Decoder, ModelConfig
 from sw.tokenizer import VQTokenizer
 from sw.tokens import TokenLayout
-from sw.train import save_checkpoint
 from sw.trace import TraceError
+from sw.train import save_checkpoint
 
 REPO = Path(__file__).resolve().parent.parent
 
