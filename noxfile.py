@@ -35,7 +35,7 @@ def install(session, extras):
 @nox.session(python=PYTHON)
 def tests(session):
     """The whole pytest suite: sw unit tests, amaranth.sim unit tests, cocotb RTL tests."""
-    install(session, "ml,hw,sim,synth,dev")
+    install(session, "ml,hw,sim,synth,hf,dev")
     link_verilator(session)
     session.run("pytest", "-q", *session.posargs)
 

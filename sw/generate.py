@@ -26,7 +26,7 @@ from sw import data
 from sw.checkpoint import DEFAULT_CHECKPOINT, CheckpointError, load_checkpoint
 
 
-def generate_videos(ckpt, prompts, *, frames=8, seed=0, cfg_scale=3.0, fastcar=None, sparse=None,
+def generate_videos(ckpt, prompts, *, frames=8, seed=0, cfg_scale=1.5, fastcar=None, sparse=None,
                     progress=True):
     """Decoded uint8 videos [len(prompts), frames, 64, 64, 3] and the decode statistics."""
     from sw.model import generate
@@ -50,7 +50,7 @@ def main(argv=None) -> int:
     ap.add_argument("--prompt", action="append", help="a prompt (repeatable; default: the 4 default prompts)")
     ap.add_argument("--frames", type=int, default=8)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--cfg", type=float, default=3.0, help="classifier-free guidance scale (0: off)")
+    ap.add_argument("--cfg", type=float, default=1.5, help="classifier-free guidance scale (0: off)")
     ap.add_argument("--tau", type=float, default=None, help="FastCar threshold (default: dense)")
     ap.add_argument("--sinks", type=int, default=None, help="sparse attention: sink tokens")
     ap.add_argument("--window", type=int, default=None, help="sparse attention: local window")

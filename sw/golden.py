@@ -156,3 +156,73 @@ def calibrate(model, prompt_tokens: torch.Tensor, frames: int, *, seed: int = 0,
                  uncond_prompt_tokens=uncond_prompt_tokens, recorder=recorder, progress=progress)
         layers = [quantize_layer(model.layers[li].mlp, amax[li]) for li in range(n_layers)]
     return IntegerPath(layers, model.config.n_heads, model.config.head_dim)
+
+
+def integer_vs_float(ckpt, prompts, *, frames: int = 8, cfg_scale: float = 3.0, seed: int = 0,
+                     calibration=None) -> dict:
+    """Generate the same prompts (same sampling seed) with the float MLP and with the integer path;
+    report token agreement, PSNR of the decoded frames and prompt following of both."""
+    from sw import data
+    from sw.model import generate
+
+    lay, model = ckpt.layout, ckpt.model
+
+    def batch(ps):
+        cond = torch.tensor(np.stack([lay.prompt_tokens(p) for p in ps]))
+        return cond, torch.tensor(lay.prompt_tokens(""))[None].expand(len(ps), -1)
+
+    cal_c, cal_u = batch(calibration or prompts)
+    ip = calibrate(model, cal_c, frames, seed=seed, cfg_scale=cfg_scale, uncond_prompt_tokens=cal_u)
+    cond, uncond = batch(prompts)
+    with torch.no_grad():
+        f_tok, _ = generate(model, cond, frames, seed=seed, cfg_scale=cfg_scale, uncond_prompt_tokens=uncond,
+                            progress=False)
+        ip.install(model, replay=False)
+        try:
+            i_tok, _ = generate(model, cond, frames, seed=seed, cfg_scale=cfg_scale,
+                                uncond_prompt_tokens=uncond, progress=False)
+        finally:
+            model.set_mlp_override(None)
+    f_vid = [ckpt.tokenizer.decode(t.numpy()) for t in f_tok]
+    i_vid = [ckpt.tokenizer.decode(t.numpy()) for t in i_tok]
+
+    def follows(vids):
+        ok = 0
+        for v, p in zip(vids, prompts, strict=True):
+            try:
+                ok += data.describe_clip(v)["prompt"] == p
+            except Exception:
+                pass
+        return ok / len(prompts)
+
+    from sw.tokenizer import psnr
+
+    return {"token_agreement": float((f_tok == i_tok).float().mean()),
+            "psnr_db": float(np.mean([psnr(a, b) for a, b in zip(f_vid, i_vid, strict=True)])),
+            "prompt_following_float": follows(f_vid), "prompt_following_integer": follows(i_vid)}
+
+
+def main(argv=None) -> int:
+    import argparse
+    import json
+    import sys
+
+    from sw import data
+    from sw.checkpoint import DEFAULT_CHECKPOINT, load_checkpoint
+
+    ap = argparse.ArgumentParser(description="Integer path against float on the shipped model.")
+    ap.add_argument("--checkpoint", default=DEFAULT_CHECKPOINT)
+    ap.add_argument("--prompts", type=int, default=12, help="number of evaluation prompts")
+    args = ap.parse_args(argv)
+    rng = np.random.default_rng(7)
+    prompts = [str(p) for p in rng.choice(data.all_prompts(), size=args.prompts, replace=False)]
+    from sw.export_trace import calibration_prompts
+
+    res = integer_vs_float(load_checkpoint(args.checkpoint), prompts, calibration=calibration_prompts())
+    json.dump(res, sys.stdout, indent=1)
+    print()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
