@@ -41,7 +41,7 @@ from sw.trace import TraceError, write_gemm_trace
 DEFAULT_EXPORT_PROMPTS = 2
 DEFAULT_CFG = 1.5
 #: The default threshold; see the README ("How the default tau was chosen").
-DEFAULT_TAU = -1.0
+DEFAULT_TAU = -1.5
 
 
 def quantize_linear(weight: np.ndarray, x: np.ndarray, y_float: np.ndarray):

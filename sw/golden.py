@@ -158,7 +158,7 @@ def calibrate(model, prompt_tokens: torch.Tensor, frames: int, *, seed: int = 0,
     return IntegerPath(layers, model.config.n_heads, model.config.head_dim)
 
 
-def integer_vs_float(ckpt, prompts, *, frames: int = 8, cfg_scale: float = 3.0, seed: int = 0,
+def integer_vs_float(ckpt, prompts, *, frames: int = 8, cfg_scale: float = 1.5, seed: int = 0,
                      calibration=None) -> dict:
     """Generate the same prompts (same sampling seed) with the float MLP and with the integer path;
     report token agreement, PSNR of the decoded frames and prompt following of both."""
@@ -198,7 +198,7 @@ def integer_vs_float(ckpt, prompts, *, frames: int = 8, cfg_scale: float = 3.0, 
     from sw.tokenizer import psnr
 
     return {"token_agreement": float((f_tok == i_tok).float().mean()),
-            "psnr_db": float(np.mean([psnr(a, b) for a, b in zip(f_vid, i_vid, strict=True)])),
+            "psnr_db": float(psnr(np.stack(f_vid), np.stack(i_vid))),
             "prompt_following_float": follows(f_vid), "prompt_following_integer": follows(i_vid)}
 
 
