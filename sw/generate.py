@@ -54,6 +54,8 @@ def main(argv=None) -> int:
     ap.add_argument("--tau", type=float, default=None, help="FastCar threshold (default: dense)")
     ap.add_argument("--sinks", type=int, default=None, help="sparse attention: sink tokens")
     ap.add_argument("--window", type=int, default=None, help="sparse attention: local window")
+    ap.add_argument("--integer", action="store_true",
+                    help="run the MLP and the replay decision on the integer path (the golden model)")
     ap.add_argument("--checkpoint", type=Path, default=DEFAULT_CHECKPOINT)
     ap.add_argument("--out", type=Path, default=Path("build/generate/grid.png"))
     args = ap.parse_args(argv)
@@ -66,6 +68,15 @@ def main(argv=None) -> int:
         sparse = None
         if args.sinks is not None or args.window is not None:
             sparse = SparseConfig(sinks=args.sinks or 0, window=args.window or 16)
+        if args.integer:
+            from sw.export_trace import calibration_prompts
+            from sw.golden import calibrate
+
+            lay = ckpt.layout
+            cal = torch.tensor(np.stack([lay.prompt_tokens(p) for p in calibration_prompts()]))
+            unc = torch.tensor(lay.prompt_tokens(""))[None].expand(len(cal), -1)
+            calibrate(ckpt.model, cal, min(args.frames, 8), cfg_scale=args.cfg or None,
+                      uncond_prompt_tokens=unc if args.cfg else None).install(ckpt.model)
         videos, stats = generate_videos(ckpt, prompts, frames=args.frames, seed=args.seed,
                                         cfg_scale=args.cfg or None, fastcar=fastcar, sparse=sparse)
     except (ValueError, CheckpointError) as e:
