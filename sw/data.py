@@ -32,11 +32,11 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
+
+from sw.atomic import atomic_file
 
 # --------------------------------------------------------------------------------------------------
 # Vocabulary and prompt grammar
@@ -386,15 +386,8 @@ def save_grid_png(frames_list, prompts, path, scale: float = 1.0, col_labels=Non
                         wspace=0.05, hspace=0.08)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fig.savefig(fh, format="png")
-        os.chmod(tmp, 0o644)  # mkstemp makes 0600
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_file(path) as tmp:
+        fig.savefig(tmp, format="png")
     return path
 
 

@@ -13,14 +13,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from sw.atomic import atomic_dir
 from sw.trace import FORMAT, MANIFEST, TraceError
 
 KIND = "fastcar_decode"
@@ -85,10 +83,7 @@ def write_decode_trace(out, manifest: dict, tensors: dict, *, force: bool = Fals
                          dims["n_heads"], dims["head_dim"])
     if set(tensors) != set(specs):
         raise TraceError(f"{out}: tensors {sorted(set(specs) ^ set(tensors))} missing or unexpected")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
-        tmp.chmod(0o755)
+    with atomic_dir(out, force=True) as tmp:
         entries = {}
         for name, (dtype, shape) in specs.items():
             arr = np.ascontiguousarray(tensors[name])
@@ -100,19 +95,6 @@ def write_decode_trace(out, manifest: dict, tensors: dict, *, force: bool = Fals
                              "sha256": _sha256(tmp / f"{name}.npy")}
         man = {"format": FORMAT, "version": VERSION, "kind": KIND, **manifest, "tensors": entries}
         (tmp / MANIFEST).write_text(json.dumps(man, indent=1) + "\n")
-        for f in tmp.iterdir():
-            f.chmod(0o644)
-        if out.exists():
-            old = out.with_name(f".{out.name}.old")
-            shutil.rmtree(old, ignore_errors=True)
-            os.replace(out, old)
-            os.replace(tmp, out)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return out
 
 

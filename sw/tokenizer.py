@@ -26,13 +26,13 @@ still lets frequent patches pull their centroid harder than one-off ones.
 from __future__ import annotations
 
 import argparse
-import os
-import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 import torch
+
+from sw.atomic import atomic_file
 
 FORMAT = "fastcar-vq-v1"
 DEFAULT_K = 512
@@ -260,15 +260,8 @@ class VQTokenizer:
         path.parent.mkdir(parents=True, exist_ok=True)
         meta = {"format": FORMAT, "patch": str(self.patch), "frame_h": str(self.frame_size[0]),
                 "frame_w": str(self.frame_size[1]), "vocab_size": str(self.vocab_size)}
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        os.close(fd)
-        try:
+        with atomic_file(path) as tmp:
             save_file({"codebook": self.codebook.contiguous()}, tmp, metadata=meta)
-            os.chmod(tmp, 0o644)  # mkstemp makes 0600
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
         return path
 
     @classmethod

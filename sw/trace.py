@@ -11,16 +11,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import shutil
 import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from sw import quant
+from sw.atomic import atomic_dir
 from sw.config import ConfigError, TileConfig
 
 FORMAT = "fastcar-hw-trace"
@@ -60,28 +58,6 @@ class GemmTrace:
         return self.x.shape[0]
 
 
-def _atomic_dir(out: Path, force: bool):
-    """Yield a temporary sibling of ``out``; the caller renames it into place."""
-    out = Path(out)
-    if out.exists() and not force:
-        raise TraceError(f"{out}: already exists; pass --force to overwrite")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    tmp.chmod(0o755)
-    return tmp
-
-
-def _replace_dir(tmp: Path, out: Path):
-    if out.exists():
-        old = out.with_name(f".{out.name}.old")
-        shutil.rmtree(old, ignore_errors=True)
-        os.replace(out, old)
-        os.replace(tmp, out)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        os.replace(tmp, out)
-
-
 def write_gemm_trace(out, tile: TileConfig, *, x, w, mult, shift, y, source: str = "",
                      force: bool = False) -> Path:
     """Write a GEMM trace directory atomically (temporary directory, then rename)."""
@@ -90,8 +66,9 @@ def write_gemm_trace(out, tile: TileConfig, *, x, w, mult, shift, y, source: str
     for name, (dtype, _) in GEMM_TENSORS.items():
         tensors[name] = np.ascontiguousarray(np.asarray(tensors[name]).astype(dtype, casting="unsafe"))
     _check_gemm(out, tile, tensors)
-    tmp = _atomic_dir(out, force)
-    try:
+    if out.exists() and not force:
+        raise TraceError(f"{out}: already exists; pass --force to overwrite")
+    with atomic_dir(out, force=True) as tmp:
         manifest = {
             "format": FORMAT, "version": VERSION, "kind": "gemm_tile", "source": source,
             "tile": tile.to_dict(),
@@ -101,10 +78,6 @@ def write_gemm_trace(out, tile: TileConfig, *, x, w, mult, shift, y, source: str
         for name, arr in tensors.items():
             np.save(tmp / f"{name}.npy", arr, allow_pickle=False)
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
-        _replace_dir(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return out
 
 

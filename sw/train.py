@@ -21,10 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
-import shutil
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -37,6 +34,7 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from sw import data
+from sw.atomic import OutputExistsError, atomic_dir
 from sw.config import SHIPPED_MODEL
 from sw.model import Decoder, ModelConfig
 from sw.tokenizer import VQTokenizer
@@ -101,8 +99,8 @@ def prompt_following(model: Decoder, tok: VQTokenizer, layout: TokenLayout, prom
 def train(out: Path, *, steps: int, clips: int, batch: int, lr: float, seed: int, p_uncond: float,
           threads: int, force: bool, eval_prompts: int) -> dict:
     out = Path(out)
-    if out.exists() and any(out.iterdir()) and not force:
-        raise FileExistsError(f"{out}: already exists and is not empty; pass --force to overwrite")
+    if out.exists() and (not out.is_dir() or any(out.iterdir())) and not force:
+        raise OutputExistsError(f"{out}: already exists and is not empty; pass --force to overwrite")
     torch.set_num_threads(threads)
     torch.manual_seed(seed)
     t0 = time.monotonic()
@@ -164,10 +162,7 @@ def save_checkpoint(out: Path, model: Decoder, tok: VQTokenizer, layout: TokenLa
     """Write the checkpoint into a temporary sibling directory, then rename it into place."""
     from safetensors.torch import save_file
 
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
-        tmp.chmod(0o755)
+    with atomic_dir(out, force=force) as tmp:
         save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(tmp / "model.safetensors"),
                   metadata={"format": "fastcar-hw-decoder"})
         tok.save(tmp / "tokenizer.safetensors")
@@ -179,21 +174,6 @@ def save_checkpoint(out: Path, model: Decoder, tok: VQTokenizer, layout: TokenLa
         (tmp / "config.json").write_text(json.dumps(config, indent=2) + "\n")
         (tmp / "train.json").write_text(json.dumps(info, indent=1) + "\n")
         plot_loss(info["losses"], tmp / "loss.png")
-        for f in tmp.iterdir():
-            f.chmod(0o644)
-        if out.exists():
-            if not force:
-                raise FileExistsError(f"{out}: already exists; pass --force to overwrite")
-            old = out.with_name(f".{out.name}.old")
-            shutil.rmtree(old, ignore_errors=True)
-            os.replace(out, old)
-            os.replace(tmp, out)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
 
 
 def plot_loss(losses: list[float], path: Path) -> None:
