@@ -14,12 +14,14 @@ class ProcessingElement(wiring.Component):
 
     The activation ``x`` enters from the left together with the weight address ``addr`` and is
     passed, one cycle later, to the right neighbour. The cell reads its weight for that address
-    from a private synchronous memory (one cycle), multiplies it with the registered activation
-    and adds the partial sum from the cell above; the sum is registered towards the cell below::
+    from a private synchronous memory, registers the read data (block RAM's slow clock-to-out
+    stays out of the multiply path), multiplies it with the activation delayed to match and adds
+    the partial sum from the cell above; the sum is registered towards the cell below::
 
         cycle t      x_i, addr_i arrive; memory read of w[addr_i] starts
-        cycle t+1    x_o = x_i (to the right); s_o' = s_i + x_o * w[addr_i]
-        cycle t+2    s_o visible to the cell below
+        cycle t+1    x_o = x_i (to the right); read data registered
+        cycle t+2    s_o' = s_i + x * w[addr_i]
+        cycle t+3    s_o visible to the cell below
 
     So a wavefront that reaches cell (r, c) at ``t0 + r + c`` meets its partial sum there exactly
     when the cell above produced it; the array skews row ``r`` by ``r`` cycles.
@@ -68,10 +70,14 @@ class ProcessingElement(wiring.Component):
             wr.en.eq(self.we), wr.addr.eq(self.waddr), wr.data.eq(self.wdata),
             rd.addr.eq(self.addr_i), rd.en.eq(1),
         ]
+        w = Signal(signed(8))
+        x = Signal(signed(8))
         m.d.sync += [
             self.x_o.eq(self.x_i),
             self.addr_o.eq(self.addr_i),
             self.v_o.eq(self.v_i),
-            self.s_o.eq(self.s_i + self.x_o * rd.data),
+            w.eq(rd.data),
+            x.eq(self.x_o),
+            self.s_o.eq(self.s_i + x * w),
         ]
         return m

@@ -55,7 +55,7 @@ class SystolicArray(wiring.Component):
     the columns, and a column accumulator at the bottom adds up the ``k_tiles`` slices of one output
     channel. One beat per cycle, so for ``B`` rows::
 
-        cycles = B * (K / rows) * (N / cols) + latency        (latency = rows + cols + 1)
+        cycles = B * (K / rows) * (N / cols) + latency        (latency = rows + cols + 2)
 
     Every PE does a useful MAC in every issue cycle, whatever ``B`` is: the time falls in proportion
     to the number of rows that are really computed, which is what FastCar's replay needs. A
@@ -97,7 +97,7 @@ class SystolicArray(wiring.Component):
     @property
     def latency(self):
         """Cycles from an issue beat of slice ``kt = k_tiles - 1`` to its result on ``o``."""
-        return self._cfg.rows + self._cfg.cols + 1
+        return self._cfg.rows + self._cfg.cols + 2
 
     def elaborate(self, platform):
         m = Module()
@@ -138,8 +138,8 @@ class SystolicArray(wiring.Component):
                     pes[r][c].wdata.eq(self.w.p.data[r * C + c]),
                 ]
 
-        # Control (valid, first/last slice, nt) reaches the bottom of column c at t0 + R + 1 + c,
-        # together with the partial sum of the beat issued at t0.
+        # Control (valid, first/last slice, nt) reaches the bottom of column c at t0 + R + 2 + c,
+        # together with the partial sum of the beat issued at t0 (PE latency: see hw/pe.py).
         ctrl_layout = data.StructLayout({"v": 1, "first": 1, "last": 1, "nt": len(self.i.p.nt)})
         ctrl = Signal(ctrl_layout)
         m.d.comb += [
@@ -149,16 +149,16 @@ class SystolicArray(wiring.Component):
             ctrl.nt.eq(self.i.p.nt),
         ]
         col_ctrl = []
-        for d in range(R + 1 + C - 1):
+        for d in range(R + 2 + C - 1):
             nxt = Signal(ctrl_layout, name=f"ctrl_d{d + 1}")
             m.d.sync += nxt.eq(ctrl)
             ctrl = nxt
-            if d >= R:
+            if d >= R + 1:
                 col_ctrl.append(ctrl)
         assert len(col_ctrl) == C
 
         # Column accumulators, then de-skew so that all columns leave together.
-        # Column c finishes at t0 + R + 2 + c and waits C - 1 - c cycles.
+        # Column c finishes at t0 + R + 3 + c and waits C - 1 - c cycles.
         outs = []
         for c in range(C):
             cc = col_ctrl[c]
