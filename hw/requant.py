@@ -65,9 +65,10 @@ def load_layout(lanes, entries):
 class Requant(wiring.Component):
     """Vector requantiser with a table of per-channel ``(mult, shift)`` parameters.
 
-    Four pipeline stages, all advancing together when the output can move
-    (``~o.valid | o.ready``): parameter lookup, ``acc * mult``, arithmetic shift with the
-    rounding increment, then the increment added and the result saturated.
+    Five pipeline stages, all advancing together when the output can move
+    (``~o.valid | o.ready``): parameter lookup, the looked-up parameters registered, ``acc * mult``,
+    arithmetic shift with the rounding increment, then the increment added and the result
+    saturated.
     ``sel`` picks the table entry (the tile's output slice) and travels with the data.
 
     Parameters
@@ -102,7 +103,7 @@ class Requant(wiring.Component):
             "params": In(stream.Signature(load_layout(lanes, entries), always_ready=True)),
         })
 
-    latency = 4
+    latency = 5
 
     def elaborate(self, platform):
         m = Module()
@@ -121,6 +122,9 @@ class Requant(wiring.Component):
 
         # Stage 1: table lookup.
         v1, acc1, sel1 = Signal(), Signal.like(self.i.p.acc), Signal.like(self.i.p.sel)
+        # Stage 1b: the table's read data registered (block RAM clock-to-out stays out of the multiply).
+        v1b, acc1b, sel1b = Signal(), Signal.like(self.i.p.acc), Signal.like(self.i.p.sel)
+        par = Signal(params_layout(L))
         # Stage 2: product.
         v2, sel2 = Signal(), Signal.like(self.i.p.sel)
         prods = [Signal(signed(quant.PRODUCT_BITS), name=f"prod_{lane}") for lane in range(L)]
@@ -134,13 +138,14 @@ class Requant(wiring.Component):
         sats = [saturate(m, qs[lane], ups[lane]) for lane in range(L)]
         with m.If(en):
             m.d.sync += [v1.eq(self.i.valid), acc1.eq(self.i.p.acc), sel1.eq(self.i.p.sel)]
-            m.d.sync += [v2.eq(v1), sel2.eq(sel1)]
+            m.d.sync += [v1b.eq(v1), acc1b.eq(acc1), sel1b.eq(sel1), par.eq(rd.data)]
+            m.d.sync += [v2.eq(v1b), sel2.eq(sel1b)]
             m.d.sync += [v3.eq(v2), sel3.eq(sel2)]
             m.d.sync += [self.o.valid.eq(v3), self.o.p.sel.eq(sel3)]
             for lane in range(L):
                 m.d.sync += [
-                    prods[lane].eq(acc1[lane] * rd.data.mult[lane]),
-                    shifts[lane].eq(rd.data.shift[lane]),
+                    prods[lane].eq(acc1b[lane] * par.mult[lane]),
+                    shifts[lane].eq(par.shift[lane]),
                     qs[lane].eq(rounded[lane][0]),
                     ups[lane].eq(rounded[lane][1]),
                     self.o.p.y[lane].eq(sats[lane]),
