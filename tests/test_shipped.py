@@ -27,3 +27,19 @@ def test_committed_decode_trace_is_consistent():
     assert m["dims"]["d_model"] == SHIPPED_MODEL["d_model"] and m["dims"]["batch"] == 4
     assert m["frames"] == 8 and m["layers"] == 4 and m["tokens_per_frame"] == 64
     assert len(m["replay_ratio_per_layer"]) == 4
+
+
+def test_committed_trace_is_what_the_export_command_makes(tmp_path):
+    """`python sw/export_trace.py --out golden/fastcar` reproduces the committed trace bit for bit."""
+    import json
+    import subprocess
+    import sys
+
+    out = tmp_path / "fastcar"
+    r = subprocess.run([sys.executable, "sw/export_trace.py", "--out", str(out)], cwd=REPO,
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-2000:]
+    fresh = json.loads((out / "manifest.json").read_text())["tensors"]
+    shipped = json.loads((REPO / "golden" / "fastcar" / "manifest.json").read_text())["tensors"]
+    differ = [n for n in shipped if shipped[n]["sha256"] != fresh[n]["sha256"]]
+    assert not differ, f"tensors that differ from golden/fastcar: {differ}"
