@@ -15,28 +15,9 @@ from sw.checkpoint import CheckpointError, load_checkpoint
 from sw.decode_trace import check_decode_trace, gemm_case, load_decode_trace
 from sw.export_trace import export_decode_trace
 from sw.golden import calibrate
-from sw.model import Decoder, ModelConfig
-from sw.tokenizer import VQTokenizer
-from sw.tokens import TokenLayout
 from sw.trace import TraceError
-from sw.train import save_checkpoint
 
 REPO = Path(__file__).resolve().parent.parent
-
-
-@pytest.fixture(scope="module")
-def tiny_ckpt(tmp_path_factory):
-    torch.manual_seed(0)
-    frames, _ = data.make_dataset(12, seed=0, progress=False)
-    tok = VQTokenizer.fit(frames, k=64, seed=0, progress=False)
-    layout = TokenLayout(codebook_size=tok.vocab_size, tokens_per_frame=tok.tokens_per_frame)
-    cfg = ModelConfig(vocab_size=layout.vocab_size, d_model=32, n_layers=2, n_heads=2, d_ff=64,
-                      tokens_per_frame=layout.tokens_per_frame, prompt_len=layout.prompt_len,
-                      codebook_size=layout.codebook_size, spatial_embedding=True)
-    model = Decoder(cfg, init_std=0.2)
-    out = tmp_path_factory.mktemp("ckpt") / "tiny"
-    save_checkpoint(out, model, tok, layout, {"losses": [1.0, 0.5]}, force=False)
-    return out
 
 
 def test_checkpoint_round_trip(tiny_ckpt):
