@@ -32,7 +32,8 @@ def run_unit(rows, *, dim, layers, n, batch, refresh=None, max_chain=None, lanes
         for r in rows:
             word = pack(layout, {"q": [int(v) for v in r["q"]], "k": [int(v) for v in r["k"]],
                                  "threshold": int(np.clip(r["threshold"], -2**33, 2**33 - 1)),
-                                 "layer": r["layer"], "frame": r["frame"], "index": r["index"], "row": r["row"]})
+                                 "layer": r["layer"], "frame": r["frame"], "index": r["index"],
+                                 "row": r["row"]})
             ctx.set(dut.i.valid, 1)
             ctx.set(dut.i.payload.as_value(), word)
             await ctx.tick().until(dut.i.ready)
@@ -66,8 +67,11 @@ def check_against(tr, groups, **guard):
     frames = tr.group_frame[groups]
     np.testing.assert_array_equal(got_tas[frames > 0], tr.tas[groups][frames > 0])
     bad = np.argwhere(got_rep != want_rep)
-    assert bad.size == 0, (f"{len(bad)} replay bits differ; first: group {groups[bad[0][0]]} "
-                           f"row {bad[0][1]}: RTL {got_rep[tuple(bad[0])]}, software {want_rep[tuple(bad[0])]}")
+    if bad.size:
+        g, b = groups[bad[0][0]], bad[0][1]
+        raise AssertionError(f"{len(bad)} replay bits differ; first: group {g} (layer {tr.group_layer[g]}, "
+                             f"frame {tr.group_frame[g]}, index {tr.group_index[g]}) row {b}: "
+                             f"RTL {got_rep[tuple(bad[0])]}, software {want_rep[tuple(bad[0])]}")
 
 
 def test_shipped_trace_frames_0_and_1():
