@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from sw.atomic import atomic_dir
-from sw.trace import FORMAT, MANIFEST, TraceError
+from sw.trace import FORMAT, MANIFEST, TraceError, load_tensor, read_manifest
 
 KIND = "fastcar_decode"
 VERSION = 1
@@ -101,41 +101,21 @@ def write_decode_trace(out, manifest: dict, tensors: dict, *, force: bool = Fals
 def load_decode_trace(d, *, verify: bool = True) -> DecodeTrace:
     """Load and validate a decode trace directory (checksums too, unless ``verify=False``)."""
     d = Path(d)
-    if not d.is_dir():
-        raise TraceError(f"{d}: trace directory does not exist")
+    man = read_manifest(d, version=VERSION)
     mpath = d / MANIFEST
-    if not mpath.is_file():
-        raise TraceError(f"{mpath}: missing (a trace directory needs a {MANIFEST})")
-    try:
-        man = json.loads(mpath.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise TraceError(f"{mpath}: not valid JSON ({e})") from None
-    if not isinstance(man, dict) or man.get("format") != FORMAT or man.get("kind") != KIND:
-        raise TraceError(f"{mpath}: not a {KIND} trace (fields 'format'/'kind')")
-    if man.get("version") != VERSION:
-        raise TraceError(f"{mpath}: field 'version' is {man.get('version')!r}, this code reads {VERSION}")
+    if man.get("kind") != KIND:
+        raise TraceError(f"{mpath}: not a {KIND} trace (field 'kind' is {man.get('kind')!r})")
     dims = man.get("dims")
     keys = ("layers", "groups", "batch", "d_model", "d_ff", "n_heads", "head_dim")
     if not isinstance(dims, dict) or any(not isinstance(dims.get(k), int) or dims[k] < 1 for k in keys):
         raise TraceError(f"{mpath}: field 'dims' needs positive integers {list(keys)}")
     specs = tensor_specs(*(dims[k] for k in keys))
-    entries = man.get("tensors")
-    if not isinstance(entries, dict):
-        raise TraceError(f"{mpath}: field 'tensors' missing or not an object")
     t = {}
     for name, (dtype, shape) in specs.items():
-        ent = entries.get(name)
-        if not isinstance(ent, dict) or "file" not in ent:
-            raise TraceError(f"{mpath}: field 'tensors.{name}' missing or has no 'file'")
+        ent = man.get("tensors", {}).get(name) if isinstance(man.get("tensors"), dict) else None
+        want_sha = ent.get("sha256", "") if (verify and isinstance(ent, dict)) else None
+        arr = load_tensor(d, man, name, sha256=want_sha)
         f = d / ent["file"]
-        if not f.is_file():
-            raise TraceError(f"{f}: missing (listed as tensor '{name}' in {MANIFEST})")
-        if verify and ent.get("sha256") != _sha256(f):
-            raise TraceError(f"{f}: SHA-256 does not match the manifest (file changed or corrupt)")
-        try:
-            arr = np.load(f, allow_pickle=False)
-        except Exception as e:
-            raise TraceError(f"{f}: cannot read tensor '{name}' ({type(e).__name__}: {e})") from None
         if str(arr.dtype) != dtype:
             raise TraceError(f"{f}: field '{name}' has dtype {arr.dtype}, expected {dtype}")
         if arr.shape != shape:

@@ -10,6 +10,7 @@ Run ``python -m sw.trace DIR`` to validate a directory from the command line.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import sys
 from dataclasses import dataclass
@@ -81,7 +82,7 @@ def write_gemm_trace(out, tile: TileConfig, *, x, w, mult, shift, y, source: str
     return out
 
 
-def _load_manifest(d: Path) -> dict:
+def read_manifest(d: Path, version: int = VERSION) -> dict:
     if not d.exists():
         raise TraceError(f"{d}: trace directory does not exist")
     if not d.is_dir():
@@ -97,8 +98,8 @@ def _load_manifest(d: Path) -> dict:
         raise TraceError(f"{mpath}: expected a JSON object")
     if man.get("format") != FORMAT:
         raise TraceError(f"{mpath}: field 'format' is {man.get('format')!r}, expected {FORMAT!r}")
-    if man.get("version") != VERSION:
-        raise TraceError(f"{mpath}: field 'version' is {man.get('version')!r}, this code reads {VERSION}")
+    if man.get("version") != version:
+        raise TraceError(f"{mpath}: field 'version' is {man.get('version')!r}, this code reads {version}")
     return man
 
 
@@ -121,10 +122,32 @@ def _check_gemm(where: Path, tile: TileConfig, tensors: dict):
                          f"above the spec's maximum {quant.SHIFT_MAX}")
 
 
+def load_tensor(d: Path, man: dict, name: str, *, sha256: str | None = None) -> np.ndarray:
+    """Load tensor ``name`` listed in a trace manifest; one :class:`TraceError` naming the file and
+    field for a missing entry, a missing or unreadable file, or (if ``sha256`` is given) a file whose
+    checksum differs."""
+    mpath = d / MANIFEST
+    entries = man.get("tensors")
+    if not isinstance(entries, dict):
+        raise TraceError(f"{mpath}: field 'tensors' missing or not an object")
+    ent = entries.get(name)
+    if not isinstance(ent, dict) or "file" not in ent:
+        raise TraceError(f"{mpath}: field 'tensors.{name}' missing or has no 'file'")
+    f = d / ent["file"]
+    if not f.is_file():
+        raise TraceError(f"{f}: missing (listed as tensor '{name}' in {MANIFEST})")
+    if sha256 is not None and hashlib.sha256(f.read_bytes()).hexdigest() != sha256:
+        raise TraceError(f"{f}: SHA-256 does not match the manifest (file changed or corrupt)")
+    try:
+        return np.load(f, allow_pickle=False)
+    except Exception as e:  # numpy raises several types for corrupt files
+        raise TraceError(f"{f}: cannot read tensor '{name}' ({type(e).__name__}: {e})") from None
+
+
 def load_trace(d, tile: TileConfig | None = None) -> GemmTrace:
     """Load and validate a trace directory. If ``tile`` is given, the trace must match it."""
     d = Path(d)
-    man = _load_manifest(d)
+    man = read_manifest(d)
     mpath = d / MANIFEST
     if man.get("kind") != "gemm_tile":
         raise TraceError(f"{mpath}: field 'kind' is {man.get('kind')!r}; supported: 'gemm_tile'")
@@ -135,21 +158,11 @@ def load_trace(d, tile: TileConfig | None = None) -> GemmTrace:
     if tile is not None and ttile != tile:
         raise TraceError(f"{mpath}: field 'tile' is {ttile.to_dict()}, but the design is built for "
                          f"{tile.to_dict()}")
-    entries = man.get("tensors")
-    if not isinstance(entries, dict):
-        raise TraceError(f"{mpath}: field 'tensors' missing or not an object")
     tensors = {}
     for name in GEMM_TENSORS:
-        ent = entries.get(name)
-        if not isinstance(ent, dict) or "file" not in ent:
-            raise TraceError(f"{mpath}: field 'tensors.{name}' missing or has no 'file'")
+        arr = load_tensor(d, man, name)
+        ent = man["tensors"][name]
         f = d / ent["file"]
-        if not f.is_file():
-            raise TraceError(f"{f}: missing (listed as tensor '{name}' in {MANIFEST})")
-        try:
-            arr = np.load(f, allow_pickle=False)
-        except Exception as e:  # numpy raises several types for corrupt files
-            raise TraceError(f"{f}: cannot read tensor '{name}' ({type(e).__name__}: {e})") from None
         if ent.get("dtype") != str(arr.dtype):
             raise TraceError(f"{f}: field '{name}' has dtype {arr.dtype}, manifest says {ent.get('dtype')}")
         if list(arr.shape) != ent.get("shape"):
@@ -183,7 +196,7 @@ def check_golden(trace: GemmTrace) -> str | None:
 
 def trace_kind(d) -> str:
     """The ``kind`` field of a trace directory's manifest (validated)."""
-    return str(_load_manifest(Path(d)).get("kind"))
+    return str(read_manifest(Path(d)).get("kind"))
 
 
 def main(argv=None) -> int:
