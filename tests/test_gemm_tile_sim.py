@@ -8,6 +8,7 @@ from hw.gemm_tile import GemmTile
 from hw.payload import pack_int8, rq_words, unpack_int8, weight_words
 from sw import quant
 from sw.config import TileConfig
+from tests.streams import load_words, stream_get, stream_put
 
 
 def random_case(cfg, batch, seed):
@@ -27,33 +28,19 @@ def run_tile(cfg, x, w, mult, shift, *, seed=0, stall_in=0.3, stall_out=0.3):
     got = []
 
     async def producer(ctx):
-        for word in weight_words(w, cfg):
-            ctx.set(dut.w.valid, 1)
-            ctx.set(dut.w.payload.as_value(), word)
-            await ctx.tick()
-        ctx.set(dut.w.valid, 0)
-        for word in rq_words(mult, shift, cfg):
-            ctx.set(dut.rq.valid, 1)
-            ctx.set(dut.rq.payload.as_value(), word)
-            await ctx.tick()
-        ctx.set(dut.rq.valid, 0)
+        await load_words(ctx, dut.w, weight_words(w, cfg))
+        await load_words(ctx, dut.rq, rq_words(mult, shift, cfg))
         for row in x:
             while rng.random() < stall_in:
                 await ctx.tick()
-            ctx.set(dut.i.valid, 1)
-            ctx.set(dut.i.payload.as_value(), pack_int8(row))
-            await ctx.tick().until(dut.i.ready)
-            ctx.set(dut.i.valid, 0)
+            await stream_put(ctx, dut.i, pack_int8(row))
 
     async def consumer(ctx):
         orng = np.random.default_rng(seed + 1)
         for _ in range(len(x)):
             while orng.random() < stall_out:
                 await ctx.tick()
-            ctx.set(dut.o.ready, 1)
-            (payload,) = await ctx.tick().sample(dut.o.payload.as_value()).until(dut.o.valid)
-            got.append(unpack_int8(payload, cfg.n_dim))
-            ctx.set(dut.o.ready, 0)
+            got.append(unpack_int8(await stream_get(ctx, dut.o), cfg.n_dim))
 
     sim.add_testbench(producer)
     sim.add_testbench(consumer)

@@ -12,6 +12,7 @@ from hw.payload import pack, pack_int8, rq_words, unpack_int8, weight_words
 from sw import quant
 from sw.config import TileConfig
 from sw.decode_trace import load_decode_trace
+from tests.streams import load_words, stream_get, stream_put
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -37,22 +38,13 @@ def run_core(d, f, x, wg, wu, wd, c, *, rows=2, cols=2, lanes=4):
         ctx.set(dut.h.mult, int(c["mult_h"]))
         ctx.set(dut.h.shift, int(c["shift_h"]))
         for port, words in loads:
-            for w in words:
-                ctx.set(port.valid, 1)
-                ctx.set(port.payload.as_value(), w)
-                await ctx.tick()
-            ctx.set(port.valid, 0)
+            await load_words(ctx, port, words)
         for row in x:
-            ctx.set(dut.i.valid, 1)
-            ctx.set(dut.i.payload.as_value(), pack_int8(row))
-            await ctx.tick().until(dut.i.ready)
-            ctx.set(dut.i.valid, 0)
+            await stream_put(ctx, dut.i, pack_int8(row))
 
     async def consumer(ctx):
-        ctx.set(dut.o.ready, 1)
         for _ in range(len(x)):
-            (p,) = await ctx.tick().sample(dut.o.payload.as_value()).until(dut.o.valid)
-            got.append(unpack_int8(p, d))
+            got.append(unpack_int8(await stream_get(ctx, dut.o), d))
 
     sim.add_testbench(producer)
     sim.add_testbench(consumer)

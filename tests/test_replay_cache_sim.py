@@ -9,6 +9,7 @@ from amaranth.sim import Simulator
 from hw.payload import pack, unpack_int8
 from hw.replay_cache import ReplayCache, request_layout
 from sw.decode_trace import load_decode_trace
+from tests.streams import stream_get, stream_put
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -36,22 +37,15 @@ def run_cache(tr, groups, *, corrupt_write=None):
         for write, li, ix, b, y, _ in reqs:
             if rng.random() < 0.2:
                 await ctx.tick()
-            ctx.set(dut.i.valid, 1)
-            word = pack(layout, {"write": write, "layer": li, "index": ix, "row": b,
-                                 "y": [int(v) for v in y]})
-            ctx.set(dut.i.payload.as_value(), word)
-            await ctx.tick().until(dut.i.ready)
-            ctx.set(dut.i.valid, 0)
+            await stream_put(ctx, dut.i, pack(layout, {"write": write, "layer": li, "index": ix, "row": b,
+                                                       "y": [int(v) for v in y]}))
 
     async def consumer(ctx):
         crng = np.random.default_rng(1)
         for _ in expected:
             while crng.random() < 0.3:
                 await ctx.tick()
-            ctx.set(dut.o.ready, 1)
-            (p,) = await ctx.tick().sample(dut.o.payload.as_value()).until(dut.o.valid)
-            got.append(unpack_int8(p, dim))
-            ctx.set(dut.o.ready, 0)
+            got.append(unpack_int8(await stream_get(ctx, dut.o), dim))
 
     sim.add_testbench(producer)
     sim.add_testbench(consumer)

@@ -6,6 +6,7 @@ from amaranth.sim import Simulator
 from hw.payload import pack, pack_int8, unpack_int8
 from hw.silu_lut import SiluLut
 from sw import quant
+from tests.streams import load_words, stream_get, stream_put
 
 
 def test_all_256_codes_with_backpressure():
@@ -22,28 +23,18 @@ def test_all_256_codes_with_backpressure():
     layout = dut.load.signature.members["payload"].shape
 
     async def producer(ctx):
-        for a in range(256):
-            ctx.set(dut.load.valid, 1)
-            ctx.set(dut.load.payload.as_value(), pack(layout, {"addr": a, "value": int(lut[a])}))
-            await ctx.tick()
-        ctx.set(dut.load.valid, 0)
+        await load_words(ctx, dut.load, [pack(layout, {"addr": a, "value": int(lut[a])}) for a in range(256)])
         for b in beats:
             while rng.random() < 0.3:
                 await ctx.tick()
-            ctx.set(dut.i.valid, 1)
-            ctx.set(dut.i.payload.as_value(), pack_int8(b))
-            await ctx.tick().until(dut.i.ready)
-            ctx.set(dut.i.valid, 0)
+            await stream_put(ctx, dut.i, pack_int8(b))
 
     async def consumer(ctx):
         crng = np.random.default_rng(1)
         for _ in range(len(beats)):
             while crng.random() < 0.3:
                 await ctx.tick()
-            ctx.set(dut.o.ready, 1)
-            (p,) = await ctx.tick().sample(dut.o.payload.as_value()).until(dut.o.valid)
-            got.append(unpack_int8(p, lanes))
-            ctx.set(dut.o.ready, 0)
+            got.append(unpack_int8(await stream_get(ctx, dut.o), lanes))
 
     sim.add_testbench(producer)
     sim.add_testbench(consumer)

@@ -7,6 +7,7 @@ from amaranth.sim import Simulator
 from hw.payload import pack, unpack_int8
 from hw.swiglu_gate import SwigluGate, gate_in_layout
 from sw import quant
+from tests.streams import load_words, stream_get, stream_put
 
 
 @pytest.mark.parametrize("width,lanes", [(16, 4), (24, 8)])
@@ -30,26 +31,17 @@ def test_gate_stage_matches_spec(width, lanes):
     async def producer(ctx):
         ctx.set(dut.params.mult, mult)
         ctx.set(dut.params.shift, shift)
-        for a in range(256):
-            ctx.set(dut.lut.valid, 1)
-            ctx.set(dut.lut.payload.as_value(), pack(lut_layout, {"addr": a, "value": int(lut[a])}))
-            await ctx.tick()
-        ctx.set(dut.lut.valid, 0)
+        await load_words(ctx, dut.lut,
+                         [pack(lut_layout, {"addr": a, "value": int(lut[a])}) for a in range(256)])
         for r in range(rows):
-            ctx.set(dut.i.valid, 1)
-            ctx.set(dut.i.payload.as_value(), pack(layout, {"gate": [int(v) for v in gate[r]],
-                                                           "up": [int(v) for v in up[r]]}))
-            await ctx.tick().until(dut.i.ready)
-            ctx.set(dut.i.valid, 0)
+            await stream_put(ctx, dut.i, pack(layout, {"gate": [int(v) for v in gate[r]],
+                                                       "up": [int(v) for v in up[r]]}))
 
     async def consumer(ctx):
         for _ in range(rows):
             if rng.random() < 0.5:
                 await ctx.tick().repeat(3)
-            ctx.set(dut.o.ready, 1)
-            (p,) = await ctx.tick().sample(dut.o.payload.as_value()).until(dut.o.valid)
-            got.append(unpack_int8(p, width))
-            ctx.set(dut.o.ready, 0)
+            got.append(unpack_int8(await stream_get(ctx, dut.o), width))
 
     sim.add_testbench(producer)
     sim.add_testbench(consumer)

@@ -11,6 +11,7 @@ from hw.tas_unit import TasUnit, row_layout
 from sw import quant
 from sw.decode_trace import load_decode_trace
 from sw.export_trace import export_decode_trace
+from tests.streams import stream_put
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -34,10 +35,7 @@ def run_unit(rows, *, dim, layers, n, batch, refresh=None, max_chain=None, lanes
                                  "threshold": int(np.clip(r["threshold"], -2**33, 2**33 - 1)),
                                  "layer": r["layer"], "frame": r["frame"], "index": r["index"],
                                  "row": r["row"]})
-            ctx.set(dut.i.valid, 1)
-            ctx.set(dut.i.payload.as_value(), word)
-            await ctx.tick().until(dut.i.ready)
-            ctx.set(dut.i.valid, 0)
+            await stream_put(ctx, dut.i, word)
             tas, rep = (await ctx.tick().sample(dut.o.p.tas, dut.o.p.replay).until(dut.o.valid))[:2]
             out.append((int(tas), int(rep)))
 
