@@ -25,3 +25,10 @@ def tiny_ckpt(tmp_path_factory):
     return out
 
 
+@pytest.fixture(autouse=True)
+def single_thread():
+    """Tiny matmuls run fastest on one thread; with 2 threads on a busy 2-core machine they stall."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

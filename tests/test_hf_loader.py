@@ -16,15 +16,6 @@ transformers = pytest.importorskip(
 VOCAB = 50
 
 
-@pytest.fixture(autouse=True)
-def single_thread():
-    """Tiny matmuls run fastest on one thread; with 2 threads on a busy 2-core machine they stall."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def make_checkpoint(path, *, n_kv_heads=2, tie=False, shard=False, seed=0):
     """Save a tiny random LlamaForCausalLM (norm gains randomised too) and return it."""
     torch.manual_seed(seed)

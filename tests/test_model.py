@@ -19,13 +19,6 @@ from sw.model import (
 INF = math.inf
 
 
-@pytest.fixture(autouse=True)
-def single_thread():
-    """Tiny matmuls run fastest on one thread; with 2 threads on a busy 2-core machine they stall."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 N = 4  # tokens per frame
 PROMPT = 3
 FRAMES = 3
