@@ -58,6 +58,16 @@ class GemmTile(wiring.Component):
     def cfg(self):
         return self._cfg
 
+    #: Cycles outside the array and requantiser: one from taking a row to its first beat (the
+    #: sequencer registers the row) and two from the row assembler through the output FIFO.
+    OUTPUT_CYCLES = 3
+
+    def cycles(self, batch):
+        """Cycles from taking the first of ``batch`` back-to-back rows to offering the last result
+        (no stalls): ``batch * k_tiles * n_tiles + latency + OUTPUT_CYCLES``; checked against the
+        RTL in ``tests/test_gemm_tile_cycles.py``."""
+        return self._cfg.cycles(batch) + self.latency + self.OUTPUT_CYCLES
+
     @property
     def latency(self):
         """Cycles from the last beat of a row entering the array to the row entering the FIFO."""
