@@ -4,6 +4,7 @@ from amaranth import *
 from amaranth.lib import memory, wiring
 from amaranth.lib.wiring import In, Out
 
+from hw.widths import index_bits
 from sw import quant
 
 __all__ = ["ProcessingElement"]
@@ -49,7 +50,7 @@ class ProcessingElement(wiring.Component):
         if not isinstance(depth, int) or depth < 1:
             raise ValueError(f"PE weight memory depth must be a positive integer, not {depth!r}")
         self._depth = depth
-        aw = max(1, (depth - 1).bit_length())
+        aw = index_bits(depth)
         super().__init__({
             "x_i": In(signed(8)), "addr_i": In(aw), "v_i": In(1),
             "x_o": Out(signed(8)), "addr_o": Out(aw), "v_o": Out(1),

@@ -4,6 +4,8 @@ from amaranth import *
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from hw.widths import index_bits
+
 __all__ = ["ReorderBuffer"]
 
 
@@ -33,7 +35,7 @@ class ReorderBuffer(wiring.Component):
         if depth < 2 or depth & (depth - 1):
             raise ValueError(f"ReorderBuffer depth must be a power of two >= 2, not {depth!r}")
         self._shape, self._depth = shape, depth
-        tag_bits = (depth - 1).bit_length()
+        tag_bits = index_bits(depth)
         super().__init__({
             "i": In(stream.Signature(data.StructLayout({"tag": tag_bits, "data": shape}))),
             "o": Out(stream.Signature(shape)),

@@ -4,20 +4,19 @@ from amaranth import *
 from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from hw.widths import index_bits
+
 __all__ = ["ReplayCache", "request_layout"]
 
-
-def _bits(n):
-    return max(1, (n - 1).bit_length())
 
 
 def request_layout(dim, layers, tokens_per_frame, batch):
     """A cache request: ``write`` stores ``y`` for (layer, index, row); otherwise a read of it."""
     return data.StructLayout({
         "write": 1,
-        "layer": _bits(layers),
-        "index": _bits(tokens_per_frame),
-        "row": _bits(batch),
+        "layer": index_bits(layers),
+        "index": index_bits(tokens_per_frame),
+        "row": index_bits(batch),
         "y": data.ArrayLayout(signed(8), dim),
     })
 

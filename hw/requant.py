@@ -4,6 +4,7 @@ from amaranth import *
 from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from hw.widths import index_bits
 from sw import quant
 
 __all__ = ["Requant", "round_shift", "saturate", "params_layout", "load_layout"]
@@ -59,7 +60,7 @@ def params_layout(lanes):
 
 def load_layout(lanes, entries):
     """One parameter-table write: entry ``addr`` gets ``p``."""
-    return data.StructLayout({"addr": max(1, (entries - 1).bit_length()), "p": params_layout(lanes)})
+    return data.StructLayout({"addr": index_bits(entries), "p": params_layout(lanes)})
 
 
 class Requant(wiring.Component):
@@ -94,7 +95,7 @@ class Requant(wiring.Component):
             if not isinstance(v, int) or v < 1:
                 raise ValueError(f"Requant {name} must be a positive integer, not {v!r}")
         self._lanes, self._entries = lanes, entries
-        sw = max(1, (entries - 1).bit_length())
+        sw = index_bits(entries)
         super().__init__({
             "i": In(stream.Signature(data.StructLayout({
                 "acc": data.ArrayLayout(signed(quant.ACC_BITS), lanes), "sel": sw}))),

@@ -4,6 +4,7 @@ from amaranth import *
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from hw.widths import index_bits
 from sw.config import TileConfig
 
 __all__ = ["RowAssembler"]
@@ -30,7 +31,7 @@ class RowAssembler(wiring.Component):
 
     def __init__(self, cfg: TileConfig):
         self._cfg = cfg
-        sw = max(1, (cfg.n_tiles - 1).bit_length())
+        sw = index_bits(cfg.n_tiles)
         super().__init__({
             "i": In(stream.Signature(data.StructLayout({
                 "y": data.ArrayLayout(signed(8), cfg.cols), "sel": sw}))),

@@ -6,7 +6,13 @@ from amaranth.lib.wiring import In, Out
 
 from sw import quant
 
-__all__ = ["SiluLut"]
+__all__ = ["SiluLut", "lut_address"]
+
+
+def lut_address(code):
+    """Table address of an int8 code: ``code + 128``, i.e. the code with its sign bit flipped
+    (:func:`sw.quant.apply_lut`)."""
+    return Cat(code[:7], ~code[7])
 
 
 class SiluLut(wiring.Component):
@@ -53,8 +59,7 @@ class SiluLut(wiring.Component):
             rd = mem.read_port(domain="sync")
             m.d.comb += [
                 wr.en.eq(self.load.valid), wr.addr.eq(self.load.p.addr), wr.data.eq(self.load.p.value),
-                # code + 128 is the code with its sign bit flipped.
-                rd.addr.eq(Cat(self.i.p[lane][:7], ~self.i.p[lane][7])), rd.en.eq(en),
+                rd.addr.eq(lut_address(self.i.p[lane])), rd.en.eq(en),
                 self.o.p[lane].eq(rd.data),
             ]
         with m.If(en):

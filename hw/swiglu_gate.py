@@ -5,6 +5,7 @@ from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from hw.requant import round_shift, saturate
+from hw.silu_lut import lut_address
 from sw import quant
 
 __all__ = ["SwigluGate", "gate_in_layout", "h_params_layout"]
@@ -79,7 +80,7 @@ class SwigluGate(wiring.Component):
                         m.d.sync += up_d[lane].eq(row.up[c * P + lane])
             m.d.comb += [
                 wp.en.eq(self.lut.valid), wp.addr.eq(self.lut.p.addr), wp.data.eq(self.lut.p.value),
-                rp.addr.eq(Cat(g[:7], ~g[7])), rp.en.eq(1),
+                rp.addr.eq(lut_address(g)), rp.en.eq(1),
             ]
             prod = Signal(signed(16), name=f"prod_{lane}")
             m.d.comb += prod.eq(rp.data * up_d[lane])

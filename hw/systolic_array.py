@@ -5,22 +5,20 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from hw.pe import ProcessingElement
+from hw.widths import index_bits
 from sw import quant
 from sw.config import TileConfig
 
 __all__ = ["SystolicArray", "issue_layout", "result_layout", "weight_layout"]
 
 
-def _bits(n):
-    return max(1, (n - 1).bit_length())
-
 
 def issue_layout(cfg: TileConfig):
     """One array beat: ``rows`` activations of K-slice ``kt`` for N-slice ``nt``."""
     return data.StructLayout({
         "x": data.ArrayLayout(signed(8), cfg.rows),
-        "kt": _bits(cfg.k_tiles),
-        "nt": _bits(cfg.n_tiles),
+        "kt": index_bits(cfg.k_tiles),
+        "nt": index_bits(cfg.n_tiles),
     })
 
 
@@ -28,7 +26,7 @@ def result_layout(cfg: TileConfig):
     """One finished N-slice: ``cols`` int32 sums of output channels ``nt*cols ...``."""
     return data.StructLayout({
         "acc": data.ArrayLayout(signed(quant.ACC_BITS), cfg.cols),
-        "nt": _bits(cfg.n_tiles),
+        "nt": index_bits(cfg.n_tiles),
     })
 
 
@@ -38,7 +36,7 @@ def weight_layout(cfg: TileConfig):
     Word ``addr = nt * k_tiles + kt`` of PE (r, c) holds ``w[kt*rows + r, nt*cols + c]``.
     """
     return data.StructLayout({
-        "addr": _bits(cfg.weight_depth),
+        "addr": index_bits(cfg.weight_depth),
         "data": data.ArrayLayout(signed(8), cfg.rows * cfg.cols),
     })
 
@@ -103,7 +101,7 @@ class SystolicArray(wiring.Component):
         m = Module()
         cfg = self._cfg
         R, C, KT = cfg.rows, cfg.cols, cfg.k_tiles
-        aw = _bits(cfg.weight_depth)
+        aw = index_bits(cfg.weight_depth)
 
         pes = [[ProcessingElement(cfg.weight_depth) for _ in range(C)] for _ in range(R)]
         for r in range(R):

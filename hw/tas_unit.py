@@ -4,6 +4,7 @@ from amaranth import *
 from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from hw.widths import index_bits
 from sw import quant
 
 __all__ = ["TasUnit", "row_layout", "decision_layout"]
@@ -11,9 +12,6 @@ __all__ = ["TasUnit", "row_layout", "decision_layout"]
 #: Width of the threshold: int32 plus the out-of-range values 2**31 ("never") and -2**31 ("always").
 THRESHOLD_BITS = quant.ACC_BITS + 2
 
-
-def _bits(n):
-    return max(1, (n - 1).bit_length())
 
 
 def row_layout(dim, layers, tokens_per_frame, batch, frame_bits=8):
@@ -23,10 +21,10 @@ def row_layout(dim, layers, tokens_per_frame, batch, frame_bits=8):
         "q": data.ArrayLayout(signed(8), dim),
         "k": data.ArrayLayout(signed(8), dim),
         "threshold": signed(THRESHOLD_BITS),
-        "layer": _bits(layers),
+        "layer": index_bits(layers),
         "frame": frame_bits,
-        "index": _bits(tokens_per_frame),
-        "row": _bits(batch),
+        "index": index_bits(tokens_per_frame),
+        "row": index_bits(batch),
     })
 
 

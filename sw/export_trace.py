@@ -134,8 +134,7 @@ def export_decode_trace(out, *, checkpoint=None, prompts=None, frames: int = 8, 
     model.set_max_seq_len(max(mc.max_seq_len, layout.prompt_len + frames * layout.tokens_per_frame))
 
     def batch(ps):
-        cond = torch.tensor(np.stack([layout.prompt_tokens(p) for p in ps]))
-        uncond = torch.tensor(layout.prompt_tokens(""))[None].expand(len(ps), -1)
+        cond, uncond = layout.prompt_batch(ps)
         return cond, (uncond if cfg_scale else None)
 
     cal = calibration_prompts()

@@ -32,8 +32,7 @@ def generate_videos(ckpt, prompts, *, frames=8, seed=0, cfg_scale=1.5, fastcar=N
     from sw.model import generate
 
     layout = ckpt.layout
-    cond = torch.tensor(np.stack([layout.prompt_tokens(p) for p in prompts]))
-    uncond = torch.tensor(layout.prompt_tokens(""))[None].expand(len(prompts), -1)
+    cond, uncond = layout.prompt_batch(prompts)
     need = layout.prompt_len + frames * layout.tokens_per_frame
     ckpt.model.set_max_seq_len(max(ckpt.model.config.max_seq_len, need))
     with torch.no_grad():
@@ -72,9 +71,7 @@ def main(argv=None) -> int:
             from sw.export_trace import calibration_prompts
             from sw.golden import calibrate
 
-            lay = ckpt.layout
-            cal = torch.tensor(np.stack([lay.prompt_tokens(p) for p in calibration_prompts()]))
-            unc = torch.tensor(lay.prompt_tokens(""))[None].expand(len(cal), -1)
+            cal, unc = ckpt.layout.prompt_batch(calibration_prompts())
             calibrate(ckpt.model, cal, min(args.frames, 8), cfg_scale=args.cfg or None,
                       uncond_prompt_tokens=unc if args.cfg else None).install(ckpt.model)
         videos, stats = generate_videos(ckpt, prompts, frames=args.frames, seed=args.seed,

@@ -167,13 +167,9 @@ def integer_vs_float(ckpt, prompts, *, frames: int = 8, cfg_scale: float = 1.5, 
 
     lay, model = ckpt.layout, ckpt.model
 
-    def batch(ps):
-        cond = torch.tensor(np.stack([lay.prompt_tokens(p) for p in ps]))
-        return cond, torch.tensor(lay.prompt_tokens(""))[None].expand(len(ps), -1)
-
-    cal_c, cal_u = batch(calibration or prompts)
+    cal_c, cal_u = lay.prompt_batch(calibration or prompts)
     ip = calibrate(model, cal_c, frames, seed=seed, cfg_scale=cfg_scale, uncond_prompt_tokens=cal_u)
-    cond, uncond = batch(prompts)
+    cond, uncond = lay.prompt_batch(prompts)
     with torch.no_grad():
         f_tok, _ = generate(model, cond, frames, seed=seed, cfg_scale=cfg_scale, uncond_prompt_tokens=uncond,
                             progress=False)

@@ -19,7 +19,6 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import numpy as np
 import torch
 from tqdm import tqdm
 
@@ -34,8 +33,7 @@ def sweep(ckpt, taus, *, prompts, frames=8, cfg_scale=3.0, seed=0) -> list[dict]
     from sw.model import generate
 
     lay = ckpt.layout
-    cond = torch.tensor(np.stack([lay.prompt_tokens(p) for p in prompts]))
-    uncond = torch.tensor(lay.prompt_tokens(""))[None].expand(len(prompts), -1)
+    cond, uncond = lay.prompt_batch(prompts)
     rows = []
     with torch.no_grad():
         dense, _ = generate(ckpt.model, cond, frames, seed=seed, cfg_scale=cfg_scale,

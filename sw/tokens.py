@@ -46,6 +46,15 @@ class TokenLayout:
         return np.array([self.bos] + [self.text_offset + w for w in data.encode_prompt(prompt)],
                         dtype=np.int64)
 
+    def prompt_batch(self, prompts):
+        """``(cond, uncond)`` int64 torch tensors [len(prompts), prompt_len]: the prompts, and as
+        many copies of the unconditional prompt (for classifier-free guidance)."""
+        import torch
+
+        cond = torch.tensor(np.stack([self.prompt_tokens(p) for p in prompts]))
+        uncond = torch.tensor(self.prompt_tokens(""))[None].expand(len(prompts), -1)
+        return cond, uncond
+
     def sequence(self, prompt: str, frame_tokens: np.ndarray) -> np.ndarray:
         """Prompt tokens followed by the frames' codes [T, N] flattened."""
         return np.concatenate([self.prompt_tokens(prompt), np.asarray(frame_tokens).reshape(-1)])

@@ -82,8 +82,7 @@ def prompt_following(model: Decoder, tok: VQTokenizer, layout: TokenLayout, prom
     as the prompt (colour, shape and direction all right), and the decoded videos."""
     from sw.model import generate
 
-    cond = torch.tensor(np.stack([layout.prompt_tokens(p) for p in prompts]))
-    uncond = torch.tensor(layout.prompt_tokens(""))[None].expand(len(prompts), -1)
+    cond, uncond = layout.prompt_batch(prompts)
     frames, _ = generate(model, cond, 8, temperature=1.0, top_k=None, seed=seed, cfg_scale=cfg_scale,
                          uncond_prompt_tokens=uncond if cfg_scale else None, progress=False)
     videos = [tok.decode(f.numpy()) for f in frames]

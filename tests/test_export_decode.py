@@ -45,7 +45,7 @@ def test_checkpoint_errors(tiny_ckpt, tmp_path):
 def test_integer_mlp_matches_spec(tiny_ckpt):
     ck = load_checkpoint(tiny_ckpt)
     lay = ck.layout
-    prompts = torch.tensor(np.stack([lay.prompt_tokens(p) for p in data.DEFAULT_PROMPTS[:2]]))
+    prompts, _ = lay.prompt_batch(data.DEFAULT_PROMPTS[:2])
     ip = calibrate(ck.model, prompts, 2)
     x = torch.randn(3, 32)
     y = ip.mlp(1, x)
