@@ -11,7 +11,7 @@ __all__ = ["ProcessingElement"]
 
 
 class ProcessingElement(wiring.Component):
-    """int8 multiply-accumulate cell with its own weight memory.
+    """int8 multiply-accumulate cell with its own weight memory, shared by ``lanes`` MACs.
 
     The activation ``x`` enters from the left together with the weight address ``addr`` and is
     passed, one cycle later, to the right neighbour. The cell reads its weight for that address
@@ -27,34 +27,42 @@ class ProcessingElement(wiring.Component):
     So a wavefront that reaches cell (r, c) at ``t0 + r + c`` meets its partial sum there exactly
     when the cell above produced it; the array skews row ``r`` by ``r`` cycles.
 
+    With ``lanes > 1`` the cell holds that many independent MACs (one per core), each with its own
+    activation, address and sum path and its own read port of the one weight memory. Two lanes map
+    onto the two ports of an ECP5 block RAM, so two cores share one copy of the weights.
+
     Parameters
     ----------
     depth : int
-        Words of weight memory (``k_tiles * n_tiles`` of the tile).
+        Words of weight memory (``banks * k_tiles * n_tiles`` of the tile).
+    lanes : int
+        MACs sharing the memory (cores).
 
     Members
     -------
-    x_i, addr_i, v_i : In
-        Activation, weight address and valid from the left.
-    x_o, addr_o, v_o : Out
+    x_i, addr_i, v_i : In(...).array(lanes)
+        Activation, weight address and valid from the left, per lane.
+    x_o, addr_o, v_o : Out(...).array(lanes)
         The same, one cycle later, to the right.
-    s_i : In(signed(32))
+    s_i : In(signed(32)).array(lanes)
         Partial sum from above (0 for the top row).
-    s_o : Out(signed(32))
+    s_o : Out(signed(32)).array(lanes)
         Partial sum to the cell below.
     we, waddr, wdata : In
         Weight memory write port (weight loading).
     """
 
-    def __init__(self, depth):
-        if not isinstance(depth, int) or depth < 1:
-            raise ValueError(f"PE weight memory depth must be a positive integer, not {depth!r}")
-        self._depth = depth
+    def __init__(self, depth, lanes=1):
+        for name, v in (("depth", depth), ("lanes", lanes)):
+            if not isinstance(v, int) or v < 1:
+                raise ValueError(f"PE weight memory {name} must be a positive integer, not {v!r}")
+        self._depth, self._lanes = depth, lanes
         aw = index_bits(depth)
+        L = lanes
         super().__init__({
-            "x_i": In(signed(8)), "addr_i": In(aw), "v_i": In(1),
-            "x_o": Out(signed(8)), "addr_o": Out(aw), "v_o": Out(1),
-            "s_i": In(signed(quant.ACC_BITS)), "s_o": Out(signed(quant.ACC_BITS)),
+            "x_i": In(signed(8)).array(L), "addr_i": In(aw).array(L), "v_i": In(1).array(L),
+            "x_o": Out(signed(8)).array(L), "addr_o": Out(aw).array(L), "v_o": Out(1).array(L),
+            "s_i": In(signed(quant.ACC_BITS)).array(L), "s_o": Out(signed(quant.ACC_BITS)).array(L),
             "we": In(1), "waddr": In(aw), "wdata": In(signed(8)),
         })
 
@@ -66,19 +74,25 @@ class ProcessingElement(wiring.Component):
         m = Module()
         m.submodules.mem = mem = memory.Memory(shape=signed(8), depth=self._depth, init=[])
         wr = mem.write_port()
-        rd = mem.read_port(domain="sync")
+        # Lane 0 reads at the write address while loading, so that the write and lane 0's read
+        # share one address and map onto one read/write port of the block RAM (port A); lane 1
+        # uses port B. Loading and computing never overlap.
+        addr0 = Signal.like(self.addr_i[0])
         m.d.comb += [
-            wr.en.eq(self.we), wr.addr.eq(self.waddr), wr.data.eq(self.wdata),
-            rd.addr.eq(self.addr_i), rd.en.eq(1),
+            addr0.eq(Mux(self.we, self.waddr, self.addr_i[0])),
+            wr.en.eq(self.we), wr.addr.eq(addr0), wr.data.eq(self.wdata),
         ]
-        w = Signal(signed(8))
-        x = Signal(signed(8))
-        m.d.sync += [
-            self.x_o.eq(self.x_i),
-            self.addr_o.eq(self.addr_i),
-            self.v_o.eq(self.v_i),
-            w.eq(rd.data),
-            x.eq(self.x_o),
-            self.s_o.eq(self.s_i + x * w),
-        ]
+        for lane in range(self._lanes):
+            rd = mem.read_port(domain="sync")
+            m.d.comb += [rd.addr.eq(addr0 if lane == 0 else self.addr_i[lane]), rd.en.eq(1)]
+            w = Signal(signed(8), name=f"w_{lane}")
+            x = Signal(signed(8), name=f"x_{lane}")
+            m.d.sync += [
+                self.x_o[lane].eq(self.x_i[lane]),
+                self.addr_o[lane].eq(self.addr_i[lane]),
+                self.v_o[lane].eq(self.v_i[lane]),
+                w.eq(rd.data),
+                x.eq(self.x_o[lane]),
+                self.s_o[lane].eq(self.s_i[lane] + x * w),
+            ]
         return m

@@ -5,9 +5,18 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from hw.systolic_array import issue_layout
+from hw.widths import index_bits
 from sw.config import TileConfig
 
-__all__ = ["RowSequencer"]
+__all__ = ["RowSequencer", "row_layout"]
+
+
+def row_layout(cfg: TileConfig, banks: int = 1):
+    """An activation row, with the weight bank it uses when there is more than one."""
+    x = data.ArrayLayout(signed(8), cfg.k_dim)
+    if banks == 1:
+        return x
+    return data.StructLayout({"x": x, "bank": index_bits(banks)})
 
 
 class RowSequencer(wiring.Component):
@@ -22,22 +31,24 @@ class RowSequencer(wiring.Component):
     ----------
     cfg : TileConfig
         Geometry.
+    banks : int
+        Weight banks of the array; rows name theirs.
 
     Members
     -------
-    i : In(stream.Signature(ArrayLayout(signed(8), k_dim)))
+    i : In(stream.Signature(row_layout(cfg, banks)))
         Activation rows.
-    o : Out(stream.Signature(issue_layout(cfg), always_ready=True))
+    o : Out(stream.Signature(issue_layout(cfg, banks), always_ready=True))
         Array beats, one per cycle while a row is held.
     credit : In(1)
         High when the output buffer can take one more row.
     """
 
-    def __init__(self, cfg: TileConfig):
-        self._cfg = cfg
+    def __init__(self, cfg: TileConfig, banks: int = 1):
+        self._cfg, self._banks = cfg, banks
         super().__init__({
-            "i": In(stream.Signature(data.ArrayLayout(signed(8), cfg.k_dim))),
-            "o": Out(stream.Signature(issue_layout(cfg), always_ready=True)),
+            "i": In(stream.Signature(row_layout(cfg, banks))),
+            "o": Out(stream.Signature(issue_layout(cfg, banks), always_ready=True)),
             "credit": In(1),
         })
 
@@ -47,6 +58,7 @@ class RowSequencer(wiring.Component):
         R, KT, NT = cfg.rows, cfg.k_tiles, cfg.n_tiles
 
         row = Signal(data.ArrayLayout(signed(8), cfg.k_dim))
+        bank = Signal.like(self.o.p.bank)
         busy = Signal()
         kt = Signal.like(self.o.p.kt)
         nt = Signal.like(self.o.p.nt)
@@ -57,6 +69,7 @@ class RowSequencer(wiring.Component):
             self.o.valid.eq(busy),
             self.o.p.kt.eq(kt),
             self.o.p.nt.eq(nt),
+            self.o.p.bank.eq(bank),
         ]
         with m.Switch(kt):
             for k in range(KT):
@@ -74,5 +87,9 @@ class RowSequencer(wiring.Component):
             with m.If(last):
                 m.d.sync += busy.eq(0)
         with m.If(self.i.valid & self.i.ready):
-            m.d.sync += [row.eq(self.i.p), busy.eq(1), kt.eq(0), nt.eq(0)]
+            m.d.sync += [busy.eq(1), kt.eq(0), nt.eq(0)]
+            if self._banks == 1:
+                m.d.sync += row.eq(self.i.p)
+            else:
+                m.d.sync += [row.eq(self.i.p.x), bank.eq(self.i.p.bank)]
         return m

@@ -6,14 +6,26 @@ from amaranth.lib.wiring import In, Out
 
 from hw.requant import round_shift, saturate
 from hw.silu_lut import lut_address
+from hw.widths import index_bits
 from sw import quant
 
-__all__ = ["SwigluGate", "gate_in_layout", "h_params_layout"]
+__all__ = ["SwigluGate", "gate_in_layout", "gate_out_layout", "h_params_layout", "lut_load_layout"]
 
 
-def gate_in_layout(width):
+def gate_in_layout(width, layers=1, tag_bits=1):
+    """A row of ``gate`` and ``up`` codes, its layer and an opaque ``tag`` passed through."""
     return data.StructLayout({"gate": data.ArrayLayout(signed(8), width),
-                              "up": data.ArrayLayout(signed(8), width)})
+                              "up": data.ArrayLayout(signed(8), width),
+                              "layer": index_bits(layers), "tag": tag_bits})
+
+
+def gate_out_layout(width, tag_bits=1):
+    return data.StructLayout({"h": data.ArrayLayout(signed(8), width), "tag": tag_bits})
+
+
+def lut_load_layout(layers=1):
+    """One SiLU-table write: entry ``addr`` (code + 128) of layer ``layer``."""
+    return data.StructLayout({"addr": 8, "layer": index_bits(layers), "value": signed(8)})
 
 
 def h_params_layout():
@@ -27,7 +39,8 @@ class SwigluGate(wiring.Component):
 
     The row is held and processed ``lanes`` elements per cycle (one SiLU table copy per lane, a
     16-bit product, the shared rounding and saturation of ``hw/requant.py``), so a row takes
-    ``width / lanes + 2`` cycles. ``params`` and ``lut`` are configuration, loaded beforehand.
+    ``width / lanes + 2`` cycles. ``params`` and ``lut`` are configuration, loaded beforehand, one
+    set per layer; each row names its layer.
 
     Parameters
     ----------
@@ -35,32 +48,37 @@ class SwigluGate(wiring.Component):
         ``d_ff``.
     lanes : int
         Elements per cycle; ``width`` must be a multiple.
+    layers : int
+        Sets of table and parameters.
+    tag_bits : int
+        Width of the tag carried from ``i`` to ``o``.
 
     Members
     -------
-    i : In(stream.Signature(gate_in_layout(width)))
-    o : Out(stream.Signature(ArrayLayout(signed(8), width)))
-    lut : In(stream.Signature({addr: 8, value: signed(8)}, always_ready=True))
-    params : In(h_params_layout())
+    i : In(stream.Signature(gate_in_layout(width, layers, tag_bits)))
+    o : Out(stream.Signature(gate_out_layout(width, tag_bits)))
+    lut : In(stream.Signature(lut_load_layout(layers), always_ready=True))
+    params : In(ArrayLayout(h_params_layout(), layers))
     """
 
-    def __init__(self, width, lanes=8):
+    def __init__(self, width, lanes=8, *, layers=1, tag_bits=1):
         if width % lanes:
             raise ValueError(f"SwigluGate: width={width} is not a multiple of lanes={lanes}")
-        self._width, self._lanes = width, lanes
+        self._width, self._lanes, self._layers, self._tag_bits = width, lanes, layers, tag_bits
         super().__init__({
-            "i": In(stream.Signature(gate_in_layout(width))),
-            "o": Out(stream.Signature(data.ArrayLayout(signed(8), width))),
-            "lut": In(stream.Signature(data.StructLayout({"addr": 8, "value": signed(8)}),
-                                       always_ready=True)),
-            "params": In(h_params_layout()),
+            "i": In(stream.Signature(gate_in_layout(width, layers, tag_bits))),
+            "o": Out(stream.Signature(gate_out_layout(width, tag_bits))),
+            "lut": In(stream.Signature(lut_load_layout(layers), always_ready=True)),
+            "params": In(data.ArrayLayout(h_params_layout(), layers)),
         })
 
     def elaborate(self, platform):
         m = Module()
         W, P = self._width, self._lanes
         chunks = W // P
-        row = Signal(gate_in_layout(W))
+        row = Signal(gate_in_layout(W, self._layers, self._tag_bits))
+        par = Signal(h_params_layout())
+        m.d.comb += par.eq(self.params[row.layer])
         h = Signal(data.ArrayLayout(signed(8), W))
         c_rd = Signal(range(chunks + 1))    # chunk whose table read is issued
         c_wr = Signal(range(chunks + 1))    # chunk whose result is stored (one cycle behind)
@@ -68,7 +86,7 @@ class SwigluGate(wiring.Component):
 
         up_d = Signal(data.ArrayLayout(signed(8), P))
         for lane in range(P):
-            mem = memory.Memory(shape=signed(8), depth=quant.LUT_SIZE, init=[])
+            mem = memory.Memory(shape=signed(8), depth=quant.LUT_SIZE * self._layers, init=[])
             m.submodules[f"lut_{lane}"] = mem
             wp = mem.write_port()
             rp = mem.read_port(domain="sync")
@@ -79,16 +97,17 @@ class SwigluGate(wiring.Component):
                         m.d.comb += g.eq(row.gate[c * P + lane])
                         m.d.sync += up_d[lane].eq(row.up[c * P + lane])
             m.d.comb += [
-                wp.en.eq(self.lut.valid), wp.addr.eq(self.lut.p.addr), wp.data.eq(self.lut.p.value),
-                rp.addr.eq(lut_address(g)), rp.en.eq(1),
+                wp.en.eq(self.lut.valid), wp.data.eq(self.lut.p.value),
+                wp.addr.eq(self.lut.p.layer * quant.LUT_SIZE + self.lut.p.addr),
+                rp.addr.eq(row.layer * quant.LUT_SIZE + lut_address(g)), rp.en.eq(1),
             ]
             prod = Signal(signed(16), name=f"prod_{lane}")
             m.d.comb += prod.eq(rp.data * up_d[lane])
             acc = Signal(signed(quant.ACC_BITS), name=f"acc_{lane}")
             m.d.comb += acc.eq(prod)
             p = Signal(signed(quant.PRODUCT_BITS), name=f"p_{lane}")
-            m.d.comb += p.eq(acc * self.params.mult)
-            q, up = round_shift(m, p, self.params.shift)
+            m.d.comb += p.eq(acc * par.mult)
+            q, up = round_shift(m, p, par.shift)
             y = saturate(m, q, up)
             with m.If(wr_valid):
                 with m.Switch(c_wr):
@@ -96,7 +115,7 @@ class SwigluGate(wiring.Component):
                         with m.Case(c):
                             m.d.sync += h[c * P + lane].eq(y)
 
-        m.d.comb += self.o.p.eq(h)
+        m.d.comb += [self.o.p.h.eq(h), self.o.p.tag.eq(row.tag)]
         with m.FSM():
             with m.State("IDLE"):
                 m.d.comb += self.i.ready.eq(1)

@@ -13,30 +13,34 @@ __all__ = ["SystolicArray", "issue_layout", "result_layout", "weight_layout"]
 
 
 
-def issue_layout(cfg: TileConfig):
-    """One array beat: ``rows`` activations of K-slice ``kt`` for N-slice ``nt``."""
+def issue_layout(cfg: TileConfig, banks: int = 1):
+    """One array beat: ``rows`` activations of K-slice ``kt`` for N-slice ``nt`` of weight bank
+    ``bank``."""
     return data.StructLayout({
         "x": data.ArrayLayout(signed(8), cfg.rows),
         "kt": index_bits(cfg.k_tiles),
         "nt": index_bits(cfg.n_tiles),
+        "bank": index_bits(banks),
     })
 
 
-def result_layout(cfg: TileConfig):
-    """One finished N-slice: ``cols`` int32 sums of output channels ``nt*cols ...``."""
+def result_layout(cfg: TileConfig, banks: int = 1):
+    """One finished N-slice: ``cols`` int32 sums of output channels ``nt*cols ...`` of ``bank``."""
     return data.StructLayout({
         "acc": data.ArrayLayout(signed(quant.ACC_BITS), cfg.cols),
         "nt": index_bits(cfg.n_tiles),
+        "bank": index_bits(banks),
     })
 
 
-def weight_layout(cfg: TileConfig):
+def weight_layout(cfg: TileConfig, banks: int = 1):
     """One weight-load beat: word ``addr`` of every PE; ``data[r*cols + c]`` goes to PE (r, c).
 
-    Word ``addr = nt * k_tiles + kt`` of PE (r, c) holds ``w[kt*rows + r, nt*cols + c]``.
+    Word ``addr = (bank * n_tiles + nt) * k_tiles + kt`` of PE (r, c) holds
+    ``w_bank[kt*rows + r, nt*cols + c]``: each bank is one ``k_dim x n_dim`` matrix.
     """
     return data.StructLayout({
-        "addr": index_bits(cfg.weight_depth),
+        "addr": index_bits(banks * cfg.weight_depth),
         "data": data.ArrayLayout(signed(8), cfg.rows * cfg.cols),
     })
 
@@ -65,27 +69,35 @@ class SystolicArray(wiring.Component):
     The array never stalls: beats carry a valid bit and results leave with a valid bit, so
     ``i`` and ``o`` are always-ready streams; flow control is the tile's job (credits).
 
+    ``banks`` matrices of the tile's shape are held at once (for example one per layer and hidden
+    chunk); a beat names the bank it uses. ``lanes`` independent arrays (cores) share the weight
+    memories, each PE memory giving every lane its own read port (see :class:`ProcessingElement`).
+
     Parameters
     ----------
     cfg : TileConfig
-        Geometry.
+        Geometry of one bank.
+    lanes : int
+        Cores sharing the weights.
+    banks : int
+        Matrices held.
 
     Members
     -------
-    i : In(stream.Signature(issue_layout(cfg), always_ready=True))
-        Beats: activation slice, slice index ``kt`` and output slice ``nt``.
-    o : Out(stream.Signature(result_layout(cfg), always_ready=True))
+    i : In(stream.Signature(issue_layout(cfg, banks), always_ready=True)).array(lanes)
+        Beats: activation slice, slice index ``kt``, output slice ``nt`` and bank.
+    o : Out(stream.Signature(result_layout(cfg, banks), always_ready=True)).array(lanes)
         One N-slice of int32 sums per ``k_tiles`` beats, all columns aligned.
-    w : In(stream.Signature(weight_layout(cfg), always_ready=True))
+    w : In(stream.Signature(weight_layout(cfg, banks), always_ready=True))
         Weight loading, one word of every PE per beat.
     """
 
-    def __init__(self, cfg: TileConfig):
-        self._cfg = cfg
+    def __init__(self, cfg: TileConfig, *, lanes: int = 1, banks: int = 1):
+        self._cfg, self._lanes, self._banks = cfg, lanes, banks
         super().__init__({
-            "i": In(stream.Signature(issue_layout(cfg), always_ready=True)),
-            "o": Out(stream.Signature(result_layout(cfg), always_ready=True)),
-            "w": In(stream.Signature(weight_layout(cfg), always_ready=True)),
+            "i": In(stream.Signature(issue_layout(cfg, banks), always_ready=True)).array(lanes),
+            "o": Out(stream.Signature(result_layout(cfg, banks), always_ready=True)).array(lanes),
+            "w": In(stream.Signature(weight_layout(cfg, banks), always_ready=True)),
         })
 
     @property
@@ -100,84 +112,84 @@ class SystolicArray(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         cfg = self._cfg
-        R, C, KT = cfg.rows, cfg.cols, cfg.k_tiles
-        aw = index_bits(cfg.weight_depth)
-
-        pes = [[ProcessingElement(cfg.weight_depth) for _ in range(C)] for _ in range(R)]
+        R, C, KT, NT = cfg.rows, cfg.cols, cfg.k_tiles, cfg.n_tiles
+        depth = self._banks * cfg.weight_depth
+        aw = index_bits(depth)
+        pes = [[ProcessingElement(depth, self._lanes) for _ in range(C)] for _ in range(R)]
         for r in range(R):
             for c in range(C):
                 m.submodules[f"pe_{r}_{c}"] = pes[r][c]
-
-        # Weight address of the beat: word nt * k_tiles + kt.
-        addr = Signal(aw)
-        m.d.comb += addr.eq(self.i.p.nt * KT + self.i.p.kt)
-
-        # Input skew: row r sees the beat r cycles late.
-        for r in range(R):
-            x, a, v = self.i.p.x[r], addr, self.i.valid
-            for d in range(r):
-                xd = Signal(signed(8), name=f"skew_x_{r}_{d}")
-                ad = Signal(aw, name=f"skew_a_{r}_{d}")
-                vd = Signal(name=f"skew_v_{r}_{d}")
-                m.d.sync += [xd.eq(x), ad.eq(a), vd.eq(v)]
-                x, a, v = xd, ad, vd
-            m.d.comb += [pes[r][0].x_i.eq(x), pes[r][0].addr_i.eq(a), pes[r][0].v_i.eq(v)]
-            for c in range(1, C):
-                m.d.comb += [
-                    pes[r][c].x_i.eq(pes[r][c - 1].x_o),
-                    pes[r][c].addr_i.eq(pes[r][c - 1].addr_o),
-                    pes[r][c].v_i.eq(pes[r][c - 1].v_o),
-                ]
-            for c in range(C):
-                m.d.comb += pes[r][c].s_i.eq(0 if r == 0 else pes[r - 1][c].s_o)
                 m.d.comb += [
                     pes[r][c].we.eq(self.w.valid),
                     pes[r][c].waddr.eq(self.w.p.addr),
                     pes[r][c].wdata.eq(self.w.p.data[r * C + c]),
                 ]
+        for lane in range(self._lanes):
+            self._lane(m, pes, lane, aw, R, C, KT, NT)
+        return m
 
-        # Control (valid, first/last slice, nt) reaches the bottom of column c at t0 + R + 2 + c,
-        # together with the partial sum of the beat issued at t0 (PE latency: see hw/pe.py).
-        ctrl_layout = data.StructLayout({"v": 1, "first": 1, "last": 1, "nt": len(self.i.p.nt)})
-        ctrl = Signal(ctrl_layout)
+    def _lane(self, m, pes, lane, aw, R, C, KT, NT):
+        i, o = self.i[lane], self.o[lane]
+        # Weight address of the beat: word (bank * n_tiles + nt) * k_tiles + kt.
+        addr = Signal(aw, name=f"addr_l{lane}")
+        m.d.comb += addr.eq((i.p.bank * NT + i.p.nt) * KT + i.p.kt)
+        # Input skew: row r sees the beat r cycles late.
+        for r in range(R):
+            x, a, v = i.p.x[r], addr, i.valid
+            for d in range(r):
+                xd = Signal(signed(8), name=f"skew_x_l{lane}_{r}_{d}")
+                ad = Signal(aw, name=f"skew_a_l{lane}_{r}_{d}")
+                vd = Signal(name=f"skew_v_l{lane}_{r}_{d}")
+                m.d.sync += [xd.eq(x), ad.eq(a), vd.eq(v)]
+                x, a, v = xd, ad, vd
+            m.d.comb += [pes[r][0].x_i[lane].eq(x), pes[r][0].addr_i[lane].eq(a),
+                         pes[r][0].v_i[lane].eq(v)]
+            for c in range(1, C):
+                m.d.comb += [
+                    pes[r][c].x_i[lane].eq(pes[r][c - 1].x_o[lane]),
+                    pes[r][c].addr_i[lane].eq(pes[r][c - 1].addr_o[lane]),
+                    pes[r][c].v_i[lane].eq(pes[r][c - 1].v_o[lane]),
+                ]
+            for c in range(C):
+                m.d.comb += pes[r][c].s_i[lane].eq(0 if r == 0 else pes[r - 1][c].s_o[lane])
+        # Control (valid, first/last slice, nt, bank) reaches the bottom of column c at
+        # t0 + R + 2 + c, together with the partial sum of the beat issued at t0 (see hw/pe.py).
+        ctrl_layout = data.StructLayout({"v": 1, "first": 1, "last": 1, "nt": len(i.p.nt),
+                                         "bank": len(i.p.bank)})
+        ctrl = Signal(ctrl_layout, name=f"ctrl_l{lane}")
         m.d.comb += [
-            ctrl.v.eq(self.i.valid),
-            ctrl.first.eq(self.i.p.kt == 0),
-            ctrl.last.eq(self.i.p.kt == KT - 1),
-            ctrl.nt.eq(self.i.p.nt),
+            ctrl.v.eq(i.valid),
+            ctrl.first.eq(i.p.kt == 0),
+            ctrl.last.eq(i.p.kt == KT - 1),
+            ctrl.nt.eq(i.p.nt),
+            ctrl.bank.eq(i.p.bank),
         ]
         col_ctrl = []
         for d in range(R + 2 + C - 1):
-            nxt = Signal(ctrl_layout, name=f"ctrl_d{d + 1}")
+            nxt = Signal(ctrl_layout, name=f"ctrl_l{lane}_d{d + 1}")
             m.d.sync += nxt.eq(ctrl)
             ctrl = nxt
             if d >= R + 1:
                 col_ctrl.append(ctrl)
         assert len(col_ctrl) == C
-
         # Column accumulators, then de-skew so that all columns leave together.
         # Column c finishes at t0 + R + 3 + c and waits C - 1 - c cycles.
-        outs = []
         for c in range(C):
             cc = col_ctrl[c]
-            acc = Signal(signed(quant.ACC_BITS), name=f"acc_{c}")
-            done = Signal(name=f"done_{c}")
-            s = pes[R - 1][c].s_o
+            acc = Signal(signed(quant.ACC_BITS), name=f"acc_l{lane}_{c}")
+            done = Signal(name=f"done_l{lane}_{c}")
+            s = pes[R - 1][c].s_o[lane]
             with m.If(cc.v):
                 m.d.sync += acc.eq(Mux(cc.first, 0, acc) + s)
             m.d.sync += done.eq(cc.v & cc.last)
             out = acc
             for d in range(C - 1 - c):
-                od = Signal(signed(quant.ACC_BITS), name=f"deskew_{c}_{d}")
+                od = Signal(signed(quant.ACC_BITS), name=f"deskew_l{lane}_{c}_{d}")
                 m.d.sync += od.eq(out)
                 out = od
-            outs.append(out)
+            m.d.comb += o.p.acc[c].eq(out)
             if c == C - 1:
-                m.d.comb += self.o.valid.eq(done)
-                nt_last = Signal.like(cc.nt, name="nt_out")
-                m.d.sync += nt_last.eq(cc.nt)
-        # o.valid and nt_out are registered from the last column's control, in step with its acc.
-        m.d.comb += self.o.p.nt.eq(nt_last)
-        for c in range(C):
-            m.d.comb += self.o.p.acc[c].eq(outs[c])
-        return m
+                # o.valid, nt and bank are registered from the last column's control, in step
+                # with its acc.
+                m.d.comb += o.valid.eq(done)
+                m.d.sync += [o.p.nt.eq(cc.nt), o.p.bank.eq(cc.bank)]
