@@ -115,7 +115,6 @@ class GemmTile(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        cfg = self._cfg
         m.submodules.array = array = self._array
         wiring.connect(m, wiring.flipped(self.w), array.w)
         for lane in range(self._lanes):
@@ -145,7 +144,8 @@ class GemmTile(wiring.Component):
             if lane == 0:
                 wiring.connect(m, wiring.flipped(self.rq), requant.params)
             else:
-                m.d.comb += [requant.params.valid.eq(self.rq.valid), requant.params.p.eq(self.rq.p)]
+                m.d.comb += [requant.params.valid.eq(self.rq.valid),
+                             requant.params.p.eq(self.rq.p)]
             m.d.comb += [
                 requant.i.valid.eq(a.valid),
                 requant.i.p.acc.eq(a.p.acc),

@@ -13,7 +13,7 @@ from hw.mlp_core import MlpCore, job_layout
 from hw.payload import mlp_loads, pack
 from sw import quant
 from sw.decode_trace import load_decode_trace
-from tests.streams import load_words, stream_get, stream_put
+from tests.streams import load_words, stream_put
 
 REPO = Path(__file__).resolve().parent.parent
 
