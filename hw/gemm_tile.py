@@ -151,7 +151,8 @@ class GemmTile(wiring.Component):
                 requant.i.p.acc.eq(a.p.acc),
                 requant.i.p.sel.eq(a.p.bank * cfg.n_tiles + a.p.nt),
             ]
-            m.submodules[f"asm_{lane}"] = asm = RowAssembler(cfg, sel_bits=index_bits(self._banks * cfg.n_tiles))
+            asm = RowAssembler(cfg, sel_bits=index_bits(self._banks * cfg.n_tiles))
+            m.submodules[f"asm_{lane}"] = asm
             m.d.comb += [
                 asm.i.valid.eq(requant.o.valid), asm.i.p.y.eq(requant.o.p.y),
                 asm.i.p.sel.eq(requant.o.p.sel), requant.o.ready.eq(asm.i.ready),
