@@ -72,26 +72,35 @@ class ProcessingElement(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        m.submodules.mem = mem = memory.Memory(shape=signed(8), depth=self._depth, init=[])
+        # Two read ports on one copy: Amaranth's synchronous read ports promise old data on a
+        # same-cycle read of the written address, which a DP16KD only gives on the writing port,
+        # so Yosys would duplicate the memory for the second lane. Asynchronous reads, our own
+        # output register and ``no_rw_check`` let it map both lanes onto the two ports of one
+        # block RAM (measured: depth 6144, two lanes -> 3 DP16KD, not 6). The price is that a
+        # read of the address being written in the same cycle is undefined on the chip; loading
+        # and computing never overlap.
+        m.submodules.mem = mem = memory.Memory(shape=signed(8), depth=self._depth, init=[],
+                                               attrs={"no_rw_check": 1})
         wr = mem.write_port()
         # Lane 0 reads at the write address while loading, so that the write and lane 0's read
-        # share one address and map onto one read/write port of the block RAM (port A); lane 1
-        # uses port B. Loading and computing never overlap.
+        # share one address and one port (A); lane 1 uses port B.
         addr0 = Signal.like(self.addr_i[0])
         m.d.comb += [
             addr0.eq(Mux(self.we, self.waddr, self.addr_i[0])),
             wr.en.eq(self.we), wr.addr.eq(addr0), wr.data.eq(self.wdata),
         ]
         for lane in range(self._lanes):
-            rd = mem.read_port(domain="sync")
-            m.d.comb += [rd.addr.eq(addr0 if lane == 0 else self.addr_i[lane]), rd.en.eq(1)]
+            rd = mem.read_port(domain="comb")
+            m.d.comb += rd.addr.eq(addr0 if lane == 0 else self.addr_i[lane])
+            q = Signal(signed(8), name=f"q_{lane}", reset_less=True)   # the block RAM's output register
             w = Signal(signed(8), name=f"w_{lane}")
             x = Signal(signed(8), name=f"x_{lane}")
             m.d.sync += [
+                q.eq(rd.data),
                 self.x_o[lane].eq(self.x_i[lane]),
                 self.addr_o[lane].eq(self.addr_i[lane]),
                 self.v_o[lane].eq(self.v_i[lane]),
-                w.eq(rd.data),
+                w.eq(q),
                 x.eq(self.x_o[lane]),
                 self.s_o[lane].eq(self.s_i[lane] + x * w),
             ]

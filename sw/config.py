@@ -120,3 +120,98 @@ SHIPPED_MODEL = {"d_model": 96, "n_layers": 4, "n_heads": 4, "d_ff": 256}
 #: The default geometry used by ``nox -s sim``, ``nox -s synth`` and the tests: a 4x4 array whose
 #: tile is the shipped model's first MLP projection (K = d_model, N = d_ff).
 DEFAULT_TILE = TileConfig(rows=4, cols=4, k_dim=SHIPPED_MODEL["d_model"], n_dim=SHIPPED_MODEL["d_ff"])
+
+
+@dataclass(frozen=True)
+class AccelConfig:
+    """The whole accelerator: model sizes it serves and how the hardware is cut up.
+
+    Parameters
+    ----------
+    d_model, d_ff, layers : int
+        MLP sizes and the number of layers whose weights are held on chip.
+    tokens_per_frame, batch : int
+        Replay-cache geometry (``N`` positions, ``B`` rows per group; ``batch`` a power of two).
+    rows, cols : int
+        Systolic array of every GEMM tile.
+    cores : int
+        MLP cores. They share one copy of the weights (two cores: the two ports of each block RAM).
+    chunks : int
+        Hidden chunks a row is cut into; the unit of work the dispatcher hands out.
+    gate_lanes, tas_lanes : int
+        Elements per cycle of the gating stage and products per cycle of the TAS unit.
+    """
+
+    d_model: int = SHIPPED_MODEL["d_model"]
+    d_ff: int = SHIPPED_MODEL["d_ff"]
+    layers: int = SHIPPED_MODEL["n_layers"]
+    tokens_per_frame: int = 64
+    batch: int = 4
+    rows: int = 4
+    cols: int = 4
+    cores: int = 2
+    chunks: int = 8
+    gate_lanes: int = 2
+    tas_lanes: int = 4
+
+    def __post_init__(self):
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise ConfigError(f"accelerator config field '{f.name}' must be a positive integer, "
+                                  f"not {v!r}")
+        if self.batch & (self.batch - 1):
+            raise ConfigError(f"accelerator config: batch={self.batch} is not a power of two")
+        if self.d_ff % self.chunks:
+            raise ConfigError(f"accelerator config: d_ff={self.d_ff} is not a multiple of "
+                              f"chunks={self.chunks}")
+        f = self.d_ff // self.chunks
+        for name, n, m in (("d_model", self.d_model, self.rows), ("d_model", self.d_model, self.cols),
+                           ("d_ff / chunks", f, self.rows), ("d_ff / chunks", f, self.cols),
+                           ("d_ff / chunks", f, self.gate_lanes), ("d_model", self.d_model, self.tas_lanes)):
+            if n % m:
+                raise ConfigError(f"accelerator config: {name}={n} is not a multiple of {m}")
+        try:
+            quant.check_accumulator(self.d_ff, what="d_ff")
+        except ValueError as e:
+            raise ConfigError(f"accelerator config: {e}") from None
+
+    @property
+    def chunk_width(self) -> int:
+        return self.d_ff // self.chunks
+
+    @property
+    def gate_tile(self) -> TileConfig:
+        """Gate and up projection of one chunk: ``d_model x d_ff / chunks``."""
+        return TileConfig(rows=self.rows, cols=self.cols, k_dim=self.d_model, n_dim=self.chunk_width)
+
+    @property
+    def down_tile(self) -> TileConfig:
+        """Down projection of one chunk: ``d_ff / chunks x d_model``."""
+        return TileConfig(rows=self.rows, cols=self.cols, k_dim=self.chunk_width, n_dim=self.d_model)
+
+    @property
+    def macs(self) -> int:
+        """MAC units: three tiles per core."""
+        return 3 * self.rows * self.cols * self.cores
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict, *, source: str = "config") -> AccelConfig:
+        if not isinstance(d, dict):
+            raise ConfigError(f"{source}: expected a JSON object, not {type(d).__name__}")
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ConfigError(f"{source}: unknown accelerator config field(s) {unknown}; "
+                              f"known: {sorted(known)}")
+        try:
+            return cls(**d)
+        except ConfigError as e:
+            raise ConfigError(f"{source}: {e}") from None
+
+
+#: The accelerator that ``nox -s sim`` and ``nox -s synth`` build: the shipped model, two cores.
+DEFAULT_ACCEL = AccelConfig()
