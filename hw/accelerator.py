@@ -38,7 +38,7 @@ def ctrl_layout():
 def cfg_layout(cfg: AccelConfig):
     """One configuration word: ``target``, ``addr`` and the target's payload in ``data``."""
     tiles = (cfg.gate_tile, cfg.down_tile)
-    widths = [weight_layout(t).members["data"].shape.size for t in tiles]
+    widths = [weight_layout(t)["data"].width for t in tiles]
     widths += [params_layout(cfg.cols).size, lut_load_layout(cfg.layers).size,
                h_params_layout().size, ctrl_layout().size]
     banks = cfg.layers * cfg.chunks
