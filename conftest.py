@@ -12,6 +12,13 @@ FASTCAR = REPO / "golden" / "fastcar"
 def pytest_addoption(parser):
     parser.addoption("--trace-dir", default=str(FASTCAR),
                      help="trace directory for the RTL regression (default: golden/fastcar)")
+    parser.addoption("--groups", default="first:8",
+                     help="groups of the trace for the accelerator regression: 'full' or 'first:N' "
+                          "(positions < N of every frame and layer; default first:8)")
+    parser.addoption("--full", action="store_true", help="the whole trace (same as --groups full)")
+    parser.addoption("--seed", type=int, default=1, help="seed of the random idle/backpressure")
+    parser.addoption("--stall", type=float, default=0.3,
+                     help="probability of an idle or backpressure cycle on every stream")
 
 
 @pytest.fixture(scope="session")

@@ -12,7 +12,7 @@ from hw.swiglu_gate import h_params_layout
 from hw.systolic_array import weight_layout
 from sw.config import AccelConfig
 
-__all__ = ["trace_layers", "config_words", "row_beats", "unpack_y"]
+__all__ = ["trace_layers", "config_words", "row_beats", "group_beats", "unpack_y"]
 
 
 def trace_layers(tr) -> list[dict]:
@@ -57,8 +57,9 @@ def config_words(cfg: AccelConfig, layers: list[dict], *, static: bool = False,
     return words
 
 
-def row_beats(cfg: AccelConfig, tr, g: int) -> list[tuple[int, bool]]:
-    """``(data bits, last)`` of the rows of group ``g`` of a decode trace."""
+def row_beats(cfg: AccelConfig, tr, g: int, *, threshold: int | None = None) -> list[tuple[int, bool]]:
+    """``(data bits, last)`` of the rows of group ``g`` of a decode trace (``threshold`` overrides
+    the trace's, e.g. ``2**31`` for a dense run)."""
     lay = row_in_layout(cfg)
     n = int(tr.group_layer[g])
     B = tr.dims["batch"]
@@ -68,7 +69,7 @@ def row_beats(cfg: AccelConfig, tr, g: int) -> list[tuple[int, bool]]:
             "x": [int(v) for v in tr.x[g, b]],
             "q": [int(v) for v in np.asarray(tr.q[g, b]).reshape(-1)],
             "k": [int(v) for v in np.asarray(tr.k_prev[g, b]).reshape(-1)],
-            "threshold": int(tr.threshold[n]),
+            "threshold": int(tr.threshold[n]) if threshold is None else threshold,
             "layer": n, "frame": int(tr.group_frame[g]), "index": int(tr.group_index[g]), "row": b,
         }), b == B - 1))
     return beats
@@ -76,3 +77,9 @@ def row_beats(cfg: AccelConfig, tr, g: int) -> list[tuple[int, bool]]:
 
 def unpack_y(bits: int, d: int) -> np.ndarray:
     return np.frombuffer(int(bits & ((1 << 8 * d) - 1)).to_bytes(d, "little"), dtype=np.int8).copy()
+
+
+def group_beats(cfg: AccelConfig, tr, g: int, row_bytes: int, *, threshold: int | None = None) -> bytes:
+    """Group ``g`` as the bytes of one AXI4-Stream frame of ``row_bytes``-wide beats."""
+    return b"".join(bits.to_bytes(row_bytes, "little")
+                    for bits, _ in row_beats(cfg, tr, g, threshold=threshold))

@@ -129,7 +129,9 @@ class TasUnit(wiring.Component):
                          (self.max_chain_en & (cr.data >= self.max_chain)))
                 replay = Signal()
                 m.d.comb += replay.eq(want & ~force)
-                with m.If(self.max_chain_en & (row.frame != 0)):
+                # Frame 0 (never a replay) writes 0, so every counter starts clean with the video,
+                # whatever an earlier run left in the memory.
+                with m.If(self.max_chain_en):
                     m.d.comb += [cw.en.eq(1), cw.addr.eq(addr), cw.data.eq(Mux(replay, cr.data + 1, 0))]
                 m.d.sync += [self.o.valid.eq(1), self.o.p.tas.eq(acc), self.o.p.replay.eq(replay)]
                 m.next = "OUT"
