@@ -22,18 +22,18 @@ def row_job_layout(d_model, layers, tag_bits):
 class Dispatcher(wiring.Component):
     """Dynamic Resource Scheduling: each row's ``chunks`` hidden chunks go to whichever core is free.
 
-    A row is held while its chunks ``0 .. chunks-1`` are handed out, one per cycle at most:
-
-    - **DRS** (``static = 0``): chunk ``j`` goes to the lowest-numbered core that can take a job
-      in this cycle. No core idles while a chunk is waiting, so even a group with a single
-      computed row keeps every core busy.
+    - **DRS** (``static = 0``): one row is held at a time and its chunks ``0 .. chunks-1`` go, one
+      per cycle at most, each to the lowest-numbered core that can take a job in that cycle. No
+      core idles while a chunk is waiting, so even a group with a single computed row keeps every
+      core busy. The next row is taken in the cycle its predecessor's last chunk leaves.
     - **static** (``static = 1``): every chunk of the row with tag ``b`` goes to core
-      ``b mod cores`` (the assignment FastCar's dynamic scheduling is compared against); the
-      other cores idle when that row's partners were replayed.
+      ``b mod cores``, the assignment FastCar's dynamic scheduling is compared against. Each core
+      has its own holding register, so a row waiting for its core does not hold up another core's
+      row; a core whose rows were replayed idles.
 
     In DRS mode ``o[p].valid`` is raised only together with ``o[p].ready`` (the choice looks at
     which cores are ready), so every raised ``valid`` is a transfer; in static mode ``valid`` is
-    held until the chosen core takes the chunk.
+    held until the core takes the chunk.
 
     Parameters
     ----------
@@ -44,7 +44,7 @@ class Dispatcher(wiring.Component):
     i : In(stream.Signature(row_job_layout(d_model, layers, tag_bits)))
     o : Out(stream.Signature(job_layout(d_model, layers, chunks, tag_bits))).array(cores)
     static : In(1)
-        Static assignment instead of DRS (configuration; change it only between groups).
+        Static assignment instead of DRS (configuration; change it only while idle).
     """
 
     def __init__(self, d_model, *, layers, chunks, cores, tag_bits):
@@ -61,33 +61,50 @@ class Dispatcher(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         S, P = self._chunks, self._cores
-        held = Signal.like(self.i.p)
-        busy = Signal()
-        chunk = Signal(range(max(2, S)))
+        # Holding register h: the one DRS row (h = 0), or core h's row (static).
+        held = [Signal.like(self.i.p, name=f"held_{h}") for h in range(P)]
+        busy = [Signal(name=f"busy_{h}") for h in range(P)]
+        chunk = [Signal(range(max(2, S)), name=f"chunk_{h}") for h in range(P)]
+        sent = [Signal(name=f"sent_{h}") for h in range(P)]         # holder h handed out a chunk
+        last = [Signal(name=f"last_{h}") for h in range(P)]
+        for h in range(P):
+            m.d.comb += last[h].eq(sent[h] & (chunk[h] == S - 1))
+
+        # DRS: holder 0 to the lowest-numbered ready core.
         target = Signal(range(max(2, P)))
         can = Signal()
-
-        with m.If(self.static):
-            m.d.comb += [target.eq(held.tag % P), can.eq(1)]
-        with m.Else():
-            for p in reversed(range(P)):
-                with m.If(self.o[p].ready):
-                    m.d.comb += [target.eq(p), can.eq(1)]
-        sent = Signal()
+        for p in reversed(range(P)):
+            with m.If(self.o[p].ready):
+                m.d.comb += [target.eq(p), can.eq(1)]
         for p in range(P):
             o = self.o[p]
-            m.d.comb += [
-                o.p.x.eq(held.x), o.p.layer.eq(held.layer), o.p.tag.eq(held.tag), o.p.chunk.eq(chunk),
-                o.valid.eq(busy & can & (target == p)),
-            ]
-            with m.If(o.valid & o.ready):
-                m.d.comb += sent.eq(1)
-        last = sent & (chunk == S - 1)
-        m.d.comb += self.i.ready.eq(~busy | last)
-        with m.If(sent):
-            m.d.sync += chunk.eq(Mux(last, 0, chunk + 1))
-            with m.If(last):
-                m.d.sync += busy.eq(0)
-        with m.If(self.i.valid & self.i.ready):
-            m.d.sync += [held.eq(self.i.p), busy.eq(1), chunk.eq(0)]
+            with m.If(self.static):
+                m.d.comb += [o.valid.eq(busy[p]), sent[p].eq(busy[p] & o.ready)]
+            with m.Else():
+                m.d.comb += o.valid.eq(busy[0] & can & (target == p))
+                with m.If(o.valid & o.ready):
+                    m.d.comb += sent[0].eq(1)
+            with m.If(self.static):
+                m.d.comb += [o.p.x.eq(held[p].x), o.p.layer.eq(held[p].layer),
+                             o.p.tag.eq(held[p].tag), o.p.chunk.eq(chunk[p])]
+            with m.Else():
+                m.d.comb += [o.p.x.eq(held[0].x), o.p.layer.eq(held[0].layer),
+                             o.p.tag.eq(held[0].tag), o.p.chunk.eq(chunk[0])]
+
+        # Which holder takes the incoming row.
+        dest = Signal(range(max(2, P)))
+        m.d.comb += dest.eq(Mux(self.static, self.i.p.tag % P, 0))
+        free = Signal()
+        with m.Switch(dest):
+            for h in range(P):
+                with m.Case(h):
+                    m.d.comb += free.eq(~busy[h] | last[h])
+        m.d.comb += self.i.ready.eq(free)
+        for h in range(P):
+            with m.If(sent[h]):
+                m.d.sync += chunk[h].eq(Mux(last[h], 0, chunk[h] + 1))
+                with m.If(last[h]):
+                    m.d.sync += busy[h].eq(0)
+            with m.If(self.i.valid & self.i.ready & (dest == h)):
+                m.d.sync += [held[h].eq(self.i.p), busy[h].eq(1), chunk[h].eq(0)]
         return m

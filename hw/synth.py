@@ -1,10 +1,11 @@
-"""Synthesise ``hw.top.Top`` to an ECP5-85F bitstream for the ULX3S and report Fmax/area.
+"""Synthesise the accelerator to an ECP5-85F bitstream for the ULX3S and report Fmax/area.
 
 Usage::
 
     python -m hw.synth [--target-mhz 150] [--board constraints/ulx3s_85f.toml]
+                       [--accel CFG.json | --tile T.json]
 
-The flow: ``Top()`` wrapped in :class:`hw.synth_harness.SynthHarness`, clocked from the
+The flow: ``hw.top.make_top()`` (by default the :class:`hw.accelerator.Accelerator`) wrapped in :class:`hw.synth_harness.SynthHarness`, clocked from the
 board's 25 MHz oscillator through an ``EHXPLLL`` at (close to) the target frequency,
 built with amaranth-boards (yosys, nextpnr-ecp5, ecppack; the YoWASP builds by default).
 Results are parsed from nextpnr's own log (``<name>.tim`` in the build directory) and
@@ -374,16 +375,17 @@ def _toolchain_failure(build_dir, name, returncode):
     return f"{build_dir}: toolchain failed (exit {returncode})"
 
 
-def run_synth(target_mhz=None, board_file=DEFAULT_BOARD_FILE, build_dir=None, progress=None, tile=None):
+def run_synth(target_mhz=None, board_file=DEFAULT_BOARD_FILE, build_dir=None, progress=None, design=None):
     """Build the bitstream, parse nextpnr's log and write ``report.json``; return the report.
 
     ``progress``, if given, is called with one status line before the (slow) build.
-    ``tile`` is a :class:`sw.config.TileConfig` (default: the project's default configuration).
+    ``design`` is an :class:`sw.config.AccelConfig` (the whole accelerator; default
+    :data:`sw.config.DEFAULT_ACCEL`) or a :class:`sw.config.TileConfig` (one GEMM tile).
     """
-    from hw.top import Top
-    from sw.config import DEFAULT_TILE
+    from hw.top import make_top
+    from sw.config import DEFAULT_ACCEL, TileConfig
 
-    tile = tile or DEFAULT_TILE
+    design = design or DEFAULT_ACCEL
 
     board = load_board(board_file)
     target_mhz = board["target_mhz"] if target_mhz is None else target_mhz
@@ -403,7 +405,7 @@ def run_synth(target_mhz=None, board_file=DEFAULT_BOARD_FILE, build_dir=None, pr
                  f" (VCO {pll.fvco_mhz:.1f} MHz, CLKOP_DIV {pll.clkop_div});"
                  f" yosys + nextpnr-ecp5 + ecppack take minutes")
     start = time.monotonic()
-    top = BoardTop(Top(tile), board, pll)
+    top = BoardTop(make_top(design), board, pll)
     try:
         platform.build(top, name=name, build_dir=str(build_dir),
                        do_program=False, **BUILD_OVERRIDES)
@@ -432,7 +434,7 @@ def run_synth(target_mhz=None, board_file=DEFAULT_BOARD_FILE, build_dir=None, pr
         "device": board["device"],
         "package": board["package"],
         "speed_grade": board["speed_grade"],
-        "tile": tile.to_dict(),
+        ("tile" if isinstance(design, TileConfig) else "accel"): design.to_dict(),
         "target_mhz": target_mhz,
         "pll_mhz": pll.fout_mhz,
         "pll": asdict(pll),
@@ -453,17 +455,24 @@ def main(argv=None):
                         help="sync clock target (default: target_mhz from the board file)")
     parser.add_argument("--board", default=str(DEFAULT_BOARD_FILE), help="board facts TOML")
     parser.add_argument("--build-dir", default=None, help="override build.dir of the board file")
-    parser.add_argument("--tile", default=None,
-                        help="tile geometry as JSON (default: the project's default configuration)")
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument("--accel", default=None,
+                       help="accelerator config as JSON (default: the project's default configuration)")
+    which.add_argument("--tile", default=None, help="synthesise one GEMM tile of this geometry (JSON)")
     args = parser.parse_args(argv)
     try:
-        from sw.config import ConfigError, TileConfig
+        from sw.config import AccelConfig, ConfigError, TileConfig
         try:
-            tile = TileConfig.from_json(args.tile) if args.tile else None
+            if args.tile:
+                design = TileConfig.from_json(args.tile)
+            elif args.accel:
+                design = AccelConfig.from_json(args.accel)
+            else:
+                design = None
         except ConfigError as e:
             raise SynthError(str(e)) from None
         report = run_synth(args.target_mhz, args.board, args.build_dir,
-                           progress=lambda line: print(f"hw.synth: {line}", file=sys.stderr), tile=tile)
+                           progress=lambda line: print(f"hw.synth: {line}", file=sys.stderr), design=design)
     except SynthError as e:
         print(f"hw.synth: error: {e}", file=sys.stderr)
         return 1

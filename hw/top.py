@@ -1,19 +1,17 @@
-"""The current top level of the accelerator: the GEMM tile of the default configuration."""
+"""The top level that ``nox -s synth`` builds: the accelerator of the default configuration."""
 
+from hw.accelerator import Accelerator
 from hw.gemm_tile import GemmTile
-from sw.config import DEFAULT_TILE, TileConfig
+from sw.config import DEFAULT_ACCEL, AccelConfig, TileConfig
 
-__all__ = ["Top"]
+__all__ = ["make_top"]
 
 
-class Top(GemmTile):
-    """Top level built by ``nox -s synth`` and simulated by ``nox -s sim``.
-
-    Parameters
-    ----------
-    cfg : TileConfig
-        Geometry; :data:`sw.config.DEFAULT_TILE` unless given.
-    """
-
-    def __init__(self, cfg: TileConfig = DEFAULT_TILE):
-        super().__init__(cfg)
+def make_top(design: AccelConfig | TileConfig = DEFAULT_ACCEL):
+    """The whole :class:`hw.accelerator.Accelerator` for an :class:`AccelConfig`, or a lone
+    :class:`hw.gemm_tile.GemmTile` for a :class:`TileConfig` (small synthesis checks)."""
+    if isinstance(design, TileConfig):
+        return GemmTile(design)
+    if isinstance(design, AccelConfig):
+        return Accelerator(design)
+    raise TypeError(f"make_top: expected an AccelConfig or a TileConfig, not {design!r}")

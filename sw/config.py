@@ -212,6 +212,17 @@ class AccelConfig:
         except ConfigError as e:
             raise ConfigError(f"{source}: {e}") from None
 
+    @classmethod
+    def from_json(cls, path) -> AccelConfig:
+        try:
+            with open(path) as f:
+                d = json.load(f)
+        except FileNotFoundError:
+            raise ConfigError(f"{path}: no such config file") from None
+        except json.JSONDecodeError as e:
+            raise ConfigError(f"{path}: not valid JSON ({e})") from None
+        return cls.from_dict(d, source=str(path))
+
 
 #: The accelerator that ``nox -s sim`` and ``nox -s synth`` build: the shipped model, two cores.
 DEFAULT_ACCEL = AccelConfig()

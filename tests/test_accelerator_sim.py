@@ -44,7 +44,8 @@ def test_first_positions_of_shipped_trace():
         ctx.set(dut.y.ready, 1)
         for _ in range(len(groups) * B):
             y, replay, row, last = await ctx.tick().sample(
-                dut.y.p.data.as_value(), dut.y.p.user.replay, dut.y.p.user.row, dut.y.p.last).until(dut.y.valid)
+                dut.y.p.data.as_value(), dut.y.p.user.replay, dut.y.p.user.row,
+                dut.y.p.last).until(dut.y.valid)
             got.append((unpack_y(y, d), int(replay), int(row), int(last)))
 
     sim.add_testbench(host)

@@ -52,12 +52,19 @@ def test_every_chunk_exactly_once(static, seed):
     cores, chunks = 3, 4
     jobs, got = run(static, cores=cores, chunks=chunks, seed=seed)
     assert len(got) == len(jobs) * chunks, f"{len(got)} chunks dispatched for {len(jobs)} rows"
-    for n, (x, layer, tag) in enumerate(jobs):
-        mine = got[n * chunks:(n + 1) * chunks]
-        assert [c for _, _, _, c, _ in mine] == list(range(chunks)), f"row {n}: chunk order {mine}"
-        for p, t, lay, _, xx in mine:
-            assert (t, lay, xx) == (tag, layer, [int(v) for v in x]), f"row {n}: wrong payload"
-            if static:
-                assert p == tag % cores, f"static: row with tag {tag} went to core {p}"
+    # DRS hands out one row at a time, in order; static keeps each core's rows in order.
+    streams = [(list(range(len(jobs))), got)] if not static else [
+        ([n for n, j in enumerate(jobs) if j[2] % cores == p], [c for c in got if c[0] == p])
+        for p in range(cores)]
+    for rows, seq in streams:
+        assert len(seq) == len(rows) * chunks, f"{len(seq)} chunks for {len(rows)} rows"
+        for k, n in enumerate(rows):
+            x, layer, tag = jobs[n]
+            mine = seq[k * chunks:(k + 1) * chunks]
+            assert [c for _, _, _, c, _ in mine] == list(range(chunks)), f"row {n}: chunk order {mine}"
+            for p, t, lay, _, xx in mine:
+                assert (t, lay, xx) == (tag, layer, [int(v) for v in x]), f"row {n}: wrong payload"
+                if static:
+                    assert p == tag % cores, f"static: row with tag {tag} went to core {p}"
     if not static:
         assert len({p for p, *_ in got}) == cores, "DRS never used some core"

@@ -53,7 +53,8 @@ def test_trace_cycles(trace_dir, request):
     drs, static, dense = (rep["modes"][k] for k in ("drs", "static", "dense"))
     n = len(rep["groups"])
     print(f"\n{n} groups: FastCar+DRS {drs['total_cycles']} cycles, static {static['total_cycles']}, "
-          f"dense {dense['total_cycles']}; speed-up over dense {dense['total_cycles'] / drs['total_cycles']:.3f}x, "
+          f"dense {dense['total_cycles']}; "
+          f"speed-up over dense {dense['total_cycles'] / drs['total_cycles']:.3f}x, "
           f"static takes {static['total_cycles'] / drs['total_cycles'] - 1:.1%} more than DRS")
     assert drs["total_cycles"] < static["total_cycles"], "DRS is not faster than static assignment"
     assert drs["total_cycles"] < dense["total_cycles"], "replay saved no cycles"

@@ -1,0 +1,78 @@
+"""Cycle model of the accelerator: cycles of one group from the configuration and its replay mask.
+
+The model follows the RTL's schedule (``docs/architecture.md``, "Cycle model"):
+
+- The front end takes one row at a time: ``t_row = d_model / tas_lanes + 5`` cycles from taking
+  a row to taking the next (1 take, 1 hand-over, ``d_model / tas_lanes`` TAS steps, 1 decision,
+  1 output of the decision, 1 cache read or dispatch).
+- A computed row is cut into ``chunks`` hidden chunks. Each chunk occupies a core's gate/up tiles
+  for ``T = d_model * (d_ff / chunks) / (rows * cols)`` cycles and then its down tile for the same
+  ``T``, so a core's two stages overlap from one chunk to the next.
+- DRS hands chunk after chunk to whichever core frees first (at most one per cycle); static
+  assignment gives every chunk of row ``b`` to core ``b mod cores``, with one holding register
+  per core.
+- After the last chunk has been issued to its core: ``T`` for its down projection and a fixed
+  ``DRAIN`` for the pipelines (array, gating stage, reducer, requantiser, output).
+
+A group in which every row replays costs ``B * t_row + ALL_REPLAYED_TAIL``.
+The two constants were measured on the RTL (``tb/accelerator``); ``tests/test_perfmodel.py`` and
+the accelerator regression check the model against the RTL's cycle counters for every group.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from sw.config import AccelConfig
+
+__all__ = ["group_cycles", "trace_cycles", "t_row", "chunk_cycles", "DRAIN", "ALL_REPLAYED_TAIL"]
+
+#: Cycles from the last chunk's down projection to the group's last output row (array, gating
+#: stage, reducer, requantiser, reorder buffer; measured).
+DRAIN = 81
+#: Cycles after the last row's decision when no row computes (cache read, reorder buffer, output).
+ALL_REPLAYED_TAIL = 2
+
+
+def t_row(cfg: AccelConfig) -> int:
+    """Front-end cycles per row."""
+    return cfg.d_model // cfg.tas_lanes + 5
+
+
+def chunk_cycles(cfg: AccelConfig) -> int:
+    """Issue cycles of one chunk in one tile stage."""
+    return cfg.gate_tile.cycles(1)
+
+
+def group_cycles(cfg: AccelConfig, replay, *, static: bool = False) -> int:
+    """Cycles of one group (first row taken to last row given) for the replay mask ``replay[B]``."""
+    replay = [bool(r) for r in replay]
+    P, S, T, tr = cfg.cores, cfg.chunks, chunk_cycles(cfg), t_row(cfg)
+    if all(replay):
+        return len(replay) * tr + ALL_REPLAYED_TAIL
+    core_free = [0] * P          # cycle from which core p's gate/up tiles take a chunk
+    holder_free = [0] * P        # cycle from which the dispatcher's holding register takes a row
+    take = 0                     # cycle the front end takes the current row
+    last_issue = 0
+    for b, rep in enumerate(replay):
+        if rep:
+            take += tr
+            continue
+        offer = take + tr - 1                     # the row is offered to the dispatcher
+        h = b % P if static else 0
+        accept = max(offer, holder_free[h])
+        c = accept + 1                            # its first chunk can leave the next cycle
+        for _ in range(S):
+            p = b % P if static else min(range(P), key=lambda q: (max(c, core_free[q]), q))
+            start = max(c, core_free[p])
+            core_free[p] = start + T
+            c = start + 1
+            last_issue = max(last_issue, start)
+        holder_free[h] = start                    # the last chunk leaves: the register is free
+        take = accept + 1
+    return max(core_free) + T + DRAIN - 1 if last_issue >= 0 else 0
+
+
+def trace_cycles(cfg: AccelConfig, replay: np.ndarray, *, static: bool = False) -> np.ndarray:
+    """Modelled cycles of every group of a ``[G, B]`` replay mask."""
+    return np.array([group_cycles(cfg, m, static=static) for m in np.asarray(replay)])
