@@ -5,7 +5,8 @@ Usage::
     python -m hw.synth [--target-mhz 150] [--board constraints/ulx3s_85f.toml]
                        [--accel CFG.json | --tile T.json]
 
-The flow: ``hw.top.make_top()`` (by default the :class:`hw.accelerator.Accelerator`) wrapped in :class:`hw.synth_harness.SynthHarness`, clocked from the
+The flow: ``hw.top.make_top()`` (by default the :class:`hw.accelerator.Accelerator`) wrapped
+in :class:`hw.synth_harness.SynthHarness`, clocked from the
 board's 25 MHz oscillator through an ``EHXPLLL`` at (close to) the target frequency,
 built with amaranth-boards (yosys, nextpnr-ecp5, ecppack; the YoWASP builds by default).
 Results are parsed from nextpnr's own log (``<name>.tim`` in the build directory) and
