@@ -11,8 +11,11 @@ The model follows the RTL's schedule (``docs/architecture.md``, "Cycle model"):
 - DRS hands chunk after chunk to whichever core frees first (at most one per cycle); static
   assignment gives every chunk of row ``b`` to core ``b mod cores``, with one holding register
   per core.
-- After the last chunk has been issued to its core: ``T`` for its down projection and a fixed
-  ``DRAIN`` for the pipelines (array, gating stage, reducer, requantiser, output).
+- A chunk's int32 partial sums reach the reducer ``2 T`` after the chunk entered its core (its
+  gate/up and down projections) and occupy the reducer for ``d_model / cols`` cycles (one slice
+  per cycle); chunks that arrive together wait for each other there.
+- After the last partial sums have been added: a fixed ``TAIL`` (requantiser, row assembly,
+  reorder buffer, output).
 
 A group in which every row replays costs ``B * t_row + ALL_REPLAYED_TAIL``.
 The two constants were measured on the RTL (``tb/accelerator``); ``tests/test_perfmodel.py`` and
@@ -25,11 +28,11 @@ import numpy as np
 
 from sw.config import AccelConfig
 
-__all__ = ["group_cycles", "trace_cycles", "t_row", "chunk_cycles", "DRAIN", "ALL_REPLAYED_TAIL"]
+__all__ = ["group_cycles", "trace_cycles", "t_row", "chunk_cycles", "TAIL", "ALL_REPLAYED_TAIL"]
 
-#: Cycles from the last chunk's down projection to the group's last output row (array, gating
-#: stage, reducer, requantiser, reorder buffer; measured).
-DRAIN = 81
+#: Pipeline cycles not covered by ``2 T`` and the reducer's slices: array fill and drain, the
+#: gating stage, requantiser, row assembly, reorder buffer and output (measured).
+TAIL = 33
 #: Cycles after the last row's decision when no row computes (cache read, reorder buffer, output).
 ALL_REPLAYED_TAIL = 2
 
@@ -53,7 +56,7 @@ def group_cycles(cfg: AccelConfig, replay, *, static: bool = False) -> int:
     core_free = [0] * P          # cycle from which core p's gate/up tiles take a chunk
     holder_free = [0] * P        # cycle from which the dispatcher's holding register takes a row
     take = 0                     # cycle the front end takes the current row
-    last_issue = 0
+    starts = []                  # cycle each chunk entered its core
     for b, rep in enumerate(replay):
         if rep:
             take += tr
@@ -67,10 +70,13 @@ def group_cycles(cfg: AccelConfig, replay, *, static: bool = False) -> int:
             start = max(c, core_free[p])
             core_free[p] = start + T
             c = start + 1
-            last_issue = max(last_issue, start)
+            starts.append(start)
         holder_free[h] = start                    # the last chunk leaves: the register is free
         take = accept + 1
-    return max(core_free) + T + DRAIN - 1 if last_issue >= 0 else 0
+    done = 0                                      # the reducer takes one slice per cycle
+    for arrive in sorted(s + 2 * T for s in starts):
+        done = max(arrive, done) + cfg.d_model // cfg.cols
+    return done + TAIL
 
 
 def trace_cycles(cfg: AccelConfig, replay: np.ndarray, *, static: bool = False) -> np.ndarray:

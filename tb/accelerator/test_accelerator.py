@@ -13,6 +13,8 @@ import pytest
 from hw.accelerator import Accelerator
 from hw.axis_adapter import AxisAdapter
 from sw.config import DEFAULT_ACCEL, AccelConfig
+from sw.decode_trace import load_decode_trace
+from sw.perfmodel import trace_cycles
 from tb.runner import BUILD, CocotbFailure, run_cocotb
 
 HERE = Path(__file__).resolve().parent
@@ -58,6 +60,17 @@ def test_trace_cycles(trace_dir, request):
           f"static takes {static['total_cycles'] / drs['total_cycles'] - 1:.1%} more than DRS")
     assert drs["total_cycles"] < static["total_cycles"], "DRS is not faster than static assignment"
     assert drs["total_cycles"] < dense["total_cycles"], "replay saved no cycles"
+    # The cycle model (sw/perfmodel.py, docs/architecture.md) against the RTL, group by group.
+    tr = load_decode_trace(trace_dir)
+    for mode, m in rep["modes"].items():
+        masks = tr.replay[rep["groups"]] if mode != "dense" else np.zeros((n, tr.dims["batch"]), int)
+        model = trace_cycles(DEFAULT_ACCEL, masks, static=(mode == "static"))
+        err = np.abs(model - np.array(m["cycles"])) / np.array(m["cycles"])
+        worst = int(np.argmax(err))
+        print(f"cycle model, {mode}: worst group {rep['groups'][worst]} measured {m['cycles'][worst]}, "
+              f"model {model[worst]} ({err[worst]:.2%}); total {model.sum()} vs {m['total_cycles']}")
+        assert err[worst] <= 0.02, f"{mode}: the cycle model is off by {err[worst]:.1%} on group " \
+                                   f"{rep['groups'][worst]}"
 
 
 def test_planted_mismatches_are_caught(tmp_path, request):
