@@ -69,7 +69,8 @@ class Reducer(wiring.Component):
         m.submodules.asm = asm = RowAssembler(TileConfig(rows=1, cols=C, k_dim=1, n_dim=self._d),
                                               sel_bits=len(requant.o.p.sel))
         m.submodules.tags = tagq = fifo.SyncFIFOBuffered(width=len(self.o.p.tag), depth=4)
-        m.submodules.sums = sums = memory.Memory(shape=lanes, depth=self._tags * NT, init=[])
+        m.submodules.sums = sums = memory.Memory(shape=lanes, depth=self._tags * NT, init=[],
+                                                 attrs={"ram_style": "distributed"})
         wr = sums.write_port()
         rd = sums.read_port(domain="sync")
 

@@ -109,7 +109,10 @@ class Requant(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         L = self._lanes
-        m.submodules.table = table = memory.Memory(shape=params_layout(L), depth=self._entries, init=[])
+        # A few hundred entries, read once per output slice: distributed RAM (LUTs) keeps the block
+        # RAMs for the weights and the replay cache.
+        m.submodules.table = table = memory.Memory(shape=params_layout(L), depth=self._entries, init=[],
+                                                   attrs={"ram_style": "distributed"})
         wr = table.write_port()
         rd = table.read_port(domain="sync")
 

@@ -113,7 +113,7 @@ async def run_mode(dut, tr, cfg, groups, mode, seed, stall, log):
         while True:
             frame = await tb.x_mon.recv()
             seen_in.append(len(frame.tdata) // tb.row_bytes)
-    cocotb.start_soon(count_in())
+    tasks = [cocotb.start_soon(count_in())]
 
     cycles = []
 
@@ -126,12 +126,12 @@ async def run_mode(dut, tr, cfg, groups, mode, seed, stall, log):
             if now != last:
                 cycles.append(int(dut.group_cycles.value))
                 last = now
-    cocotb.start_soon(watch_counters())
+    tasks.append(cocotb.start_soon(watch_counters()))
 
     async def feed():
         for g in groups:
             await tb.x_src.send(AxiStreamFrame(group_beats(cfg, tr, g, tb.row_bytes, threshold=threshold)))
-    cocotb.start_soon(feed())
+    tasks.append(cocotb.start_soon(feed()))
 
     rows_out = 0
     for n, g in enumerate(groups):
@@ -154,6 +154,8 @@ async def run_mode(dut, tr, cfg, groups, mode, seed, stall, log):
         if n % 256 == 255:
             log.info("%s: %d of %d groups bit-exact", mode, n + 1, len(groups))
     await ClockCycles(dut.clk, 50)
+    for t in tasks:
+        t.cancel()
     extra = tb.y_sink.count()
     assert extra == 0, f"{mode}: {extra} output frames beyond the {len(groups)} groups sent"
     assert sum(seen_in) == rows_out == len(groups) * B, (
@@ -164,7 +166,7 @@ async def run_mode(dut, tr, cfg, groups, mode, seed, stall, log):
     counters["core_busy"] = [int(getattr(dut, f"core_busy_{p}").value) for p in range(cfg.cores)]
     assert counters["rows_replayed"] == int(sum(want_r[g].sum() for g in groups)), counters
     assert counters["total_cycles"] == sum(cycles), counters
-    return cycles, counters
+    return list(cycles), counters
 
 
 @cocotb.test()
