@@ -210,10 +210,13 @@ def drift(ckpt, prompts, lengths, tau):
     from sw.fastcar import FastCarConfig
 
     out = []
+    bar = tqdm(total=len(lengths) * 3, desc="(d) drift rollouts")
     for frames in lengths:
+        bar.set_postfix(frames=frames)
         dense_tokens, _ = rollout(ckpt, prompts, frames)
         dense_vid = _videos(ckpt, dense_tokens)
         y_dense, _ = teacher_forced(ckpt, prompts, dense_tokens)
+        bar.update()
         for guard in (None, GUARD):
             fc = FastCarConfig(tau=tau, **(guard or {}))
             toks, stats = rollout(ckpt, prompts, frames, fastcar=fc)
@@ -229,6 +232,8 @@ def drift(ckpt, prompts, lengths, tau):
                 "divergence": div.tolist(), "relative_divergence": rel.tolist(),
                 "teacher_forced_replay_ratio": tstats.replay_ratio(),
             })
+            bar.update()
+    bar.close()
     return out
 
 
