@@ -65,6 +65,15 @@ def sim(session):
 
 
 @nox.session(python=PYTHON)
+def bench(session):
+    """RTL cycles on traces exported at several tau (DRS, static, dense): build/bench/report.json,
+    report.md and speedup.png. ``nox -s bench -- [--taus=...] [--full]``."""
+    install(session, "ml,hw,sim")
+    link_verilator(session)
+    session.run("python", "-m", "tb.bench", "--force", *session.posargs)
+
+
+@nox.session(python=PYTHON)
 def synth(session):
     """ECP5-85F bitstream of the current top; writes build/synth/ulx3s_85f/report.json."""
     install(session, "hw,synth")

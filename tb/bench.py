@@ -1,0 +1,140 @@
+"""RTL benchmark: the accelerator on decode traces exported at several tau, cycles measured.
+
+Usage::
+
+    python -m tb.bench [--taus=-3,-1.5,-0.5,0.5] [--groups first:8 | --full] [--out build/bench] [--force]
+
+For every tau: ``sw/export_trace.py`` exports the shipped model's decode trace (the committed
+``golden/fastcar`` is the tau = -1.5 point), then the Verilator build of the default accelerator
+runs it three times without stalls: FastCar with DRS, FastCar with static assignment, and dense
+(tau = +inf on the same inputs). Every output is checked bit for bit, and every group's cycles
+against the cycle model (``sw/perfmodel.py``, at most 2 % off).
+
+Writes ``report.json`` (list ``points``: tau, replay_ratio, cycles_dense, cycles_fastcar,
+cycles_static, speedup = dense / fastcar, ideal = rows / computed rows, mac_utilization = MACs done
+/ (MAC units x cycles), drs_gain = static / fastcar), ``report.md`` and ``speedup.png``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parent.parent
+DEFAULT_TAUS = (-3.0, -1.5, -0.5, 0.5)
+
+
+def export(tau: float, out: Path) -> Path:
+    if tau == -1.5:
+        return REPO / "golden" / "fastcar"
+    cmd = [sys.executable, str(REPO / "sw" / "export_trace.py"), f"--tau={tau}", "--out", str(out), "--force"]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode:
+        raise SystemExit(f"tb.bench: export at tau {tau} failed:\n{r.stderr[-2000:]}")
+    return out
+
+
+def run_point(trace: Path, groups: str, tag: str) -> dict:
+    from sw.config import DEFAULT_ACCEL
+    from tb.accelerator.test_accelerator import run
+
+    return run(DEFAULT_ACCEL, {"FASTCAR_TRACE": str(trace), "FASTCAR_GROUPS": groups,
+                               "FASTCAR_MODES": "drs,static,dense"}, tag)
+
+
+def point(tau: float, trace: Path, rep: dict) -> dict:
+    from sw.config import DEFAULT_ACCEL as cfg
+    from sw.decode_trace import load_decode_trace
+    from sw.perfmodel import trace_cycles
+
+    tr = load_decode_trace(trace)
+    groups = rep["groups"]
+    mask = tr.replay[groups]
+    rows, computed = mask.size, int((1 - mask).sum())
+    m = rep["modes"]
+    fast, static, dense = (m[k]["total_cycles"] for k in ("drs", "static", "dense"))
+    worst = 0.0
+    for mode, masks in (("drs", mask), ("static", mask), ("dense", np.zeros_like(mask))):
+        model = trace_cycles(cfg, masks, static=(mode == "static"))
+        err = np.abs(model - np.array(m[mode]["cycles"])) / np.array(m[mode]["cycles"])
+        worst = max(worst, float(err.max()))
+    if worst > 0.02:
+        raise SystemExit(f"tb.bench: tau {tau}: the cycle model is off by {worst:.1%} on some group")
+    macs = computed * 3 * cfg.d_model * cfg.d_ff
+    return {"tau": tau, "trace": str(trace), "groups": len(groups), "rows": rows,
+            "replay_ratio": float(mask.mean()), "cycles_dense": dense, "cycles_fastcar": fast,
+            "cycles_static": static, "speedup": dense / fast, "ideal": rows / max(computed, 1),
+            "fraction_of_ideal": dense / fast / (rows / max(computed, 1)),
+            "mac_utilization": macs / (cfg.macs * fast), "drs_gain": static / fast,
+            "cycle_model_worst_error": worst}
+
+
+def write(points, out: Path) -> None:
+    from sw.atomic import atomic_dir
+
+    lines = ["| tau | replay ratio | dense cycles | FastCar+DRS | static | speed-up | ideal | of ideal "
+             "| MAC utilisation | static / DRS |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for p in points:
+        lines.append(f"| {p['tau']} | {p['replay_ratio']:.3f} | {p['cycles_dense']:,} "
+                     f"| {p['cycles_fastcar']:,} | {p['cycles_static']:,} | {p['speedup']:.2f}x "
+                     f"| {p['ideal']:.2f}x | {p['fraction_of_ideal']:.2f} | {p['mac_utilization']:.2f} "
+                     f"| {p['drs_gain']:.3f} |")
+    table = "\n".join(lines) + "\n"
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    with atomic_dir(out, force=True) as tmp:
+        (tmp / "report.json").write_text(json.dumps({"points": points}, indent=1) + "\n")
+        (tmp / "report.md").write_text(table)
+        fig, ax = plt.subplots(figsize=(5.5, 3.4), dpi=100)
+        r = np.linspace(0, 0.9, 50)
+        ax.plot(r, 1 / (1 - r), "k--", lw=0.8, label="ideal 1/(1-r)")
+        ax.plot([p["replay_ratio"] for p in points], [p["speedup"] for p in points], "o-",
+                label="RTL, FastCar + DRS")
+        ax.plot([p["replay_ratio"] for p in points],
+                [p["cycles_dense"] / p["cycles_static"] for p in points], "s:", label="RTL, static")
+        ax.set_xlabel("replay ratio r")
+        ax.set_ylabel("speed-up over dense (cycles)")
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        fig.savefig(tmp / "speedup.png")
+        plt.close(fig)
+    print(table)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--taus", default=",".join(map(str, DEFAULT_TAUS)))
+    ap.add_argument("--groups", default="first:8", help="'full' or 'first:N' (positions < N)")
+    ap.add_argument("--full", action="store_true")
+    ap.add_argument("--out", type=Path, default=REPO / "build" / "bench")
+    ap.add_argument("--force", action="store_true", help="replace an existing report")
+    args = ap.parse_args(argv)
+    try:
+        taus = [float(t) for t in args.taus.split(",")]
+    except ValueError:
+        ap.error(f"--taus {args.taus!r}: expected comma-separated numbers")
+    if (args.out / "report.json").exists() and not args.force:
+        ap.error(f"{args.out}: already holds a report; pass --force to overwrite")
+    groups = "full" if args.full else args.groups
+    from tqdm import tqdm
+
+    points = []
+    for tau in tqdm(taus, desc="tau points"):
+        trace = export(tau, REPO / "build" / "bench_traces" / f"tau_{tau}")
+        rep = run_point(trace, groups, f"bench-{tau}")
+        points.append(point(tau, trace, rep))
+    write(points, args.out)
+    print(f"wrote {args.out}/report.json, report.md, speedup.png")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
