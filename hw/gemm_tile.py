@@ -8,7 +8,7 @@ from hw.requant import Requant, load_layout
 from hw.row_assembler import RowAssembler
 from hw.row_sequencer import RowSequencer, row_layout
 from hw.systolic_array import SystolicArray, weight_layout
-from hw.widths import index_bits
+from hw.widths import index_bits, mul_const
 from sw import quant
 from sw.config import TileConfig
 
@@ -149,7 +149,7 @@ class GemmTile(wiring.Component):
             m.d.comb += [
                 requant.i.valid.eq(a.valid),
                 requant.i.p.acc.eq(a.p.acc),
-                requant.i.p.sel.eq(a.p.bank * cfg.n_tiles + a.p.nt),
+                requant.i.p.sel.eq(mul_const(a.p.bank, cfg.n_tiles) + a.p.nt),
             ]
             asm = RowAssembler(cfg, sel_bits=index_bits(self._banks * cfg.n_tiles))
             m.submodules[f"asm_{lane}"] = asm

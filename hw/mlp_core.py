@@ -6,7 +6,7 @@ from amaranth.lib.wiring import In, Out
 
 from hw.gemm_tile import GemmTile
 from hw.swiglu_gate import SwigluGate, h_params_layout, lut_load_layout
-from hw.widths import index_bits
+from hw.widths import index_bits, mul_const
 from sw import quant
 from sw.config import TileConfig
 
@@ -173,7 +173,7 @@ class MlpCore(wiring.Component):
 
         g_i, u_i = pick(gate.i), pick(up.i)
         bank = Signal(bank_bits, name=f"bank_{c}")
-        m.d.comb += bank.eq(i.p.layer * self._chunks + i.p.chunk)
+        m.d.comb += bank.eq(mul_const(i.p.layer, self._chunks) + i.p.chunk)
         take = Signal(name=f"take_{c}")
         m.d.comb += [
             i.ready.eq(g_i.ready & u_i.ready & q_act.w_rdy & q_out.w_rdy),

@@ -7,7 +7,7 @@ from amaranth.lib.wiring import In, Out
 from hw.mlp_core import partial_layout
 from hw.requant import Requant, load_layout
 from hw.row_assembler import RowAssembler
-from hw.widths import index_bits
+from hw.widths import index_bits, mul_const
 from sw import quant
 from sw.config import TileConfig
 
@@ -79,7 +79,7 @@ class Reducer(wiring.Component):
         m.d.comb += [en.eq(requant.i.ready & tagq.w_rdy), self.i.ready.eq(en)]
         take = self.i.valid & en
         addr = Signal(range(self._tags * NT))
-        m.d.comb += [addr.eq(self.i.p.tag * NT + self.i.p.nt), rd.addr.eq(addr), rd.en.eq(en)]
+        m.d.comb += [addr.eq(mul_const(self.i.p.tag, NT) + self.i.p.nt), rd.addr.eq(addr), rd.en.eq(en)]
 
         # Stage 1: the slice, its flags and the address; the memory read is under way.
         s1 = Signal(data.StructLayout({
@@ -108,7 +108,7 @@ class Reducer(wiring.Component):
         m.d.comb += [
             requant.i.valid.eq(final),
             requant.i.p.acc.eq(new),
-            requant.i.p.sel.eq(s1.layer * NT + s1.nt),
+            requant.i.p.sel.eq(mul_const(s1.layer, NT) + s1.nt),
             tagq.w_en.eq(final & en & (s1.nt == 0)),
             tagq.w_data.eq(s1.tag),
         ]

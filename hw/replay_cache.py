@@ -4,7 +4,7 @@ from amaranth import *
 from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from hw.widths import index_bits
+from hw.widths import index_bits, mul_const
 
 __all__ = ["ReplayCache", "request_layout"]
 
@@ -64,7 +64,7 @@ class ReplayCache(wiring.Component):
         addr = Signal(range(self.depth))
         en = Signal()
         m.d.comb += [
-            addr.eq((p.layer * self._n + p.index) * self._batch + p.row),
+            addr.eq(mul_const(mul_const(p.layer, self._n) + p.index, self._batch) + p.row),
             en.eq(~self.o.valid | self.o.ready),
             self.i.ready.eq(en),
             wr.en.eq(self.i.valid & en & p.write), wr.addr.eq(addr), wr.data.eq(p.y),

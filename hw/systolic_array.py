@@ -5,7 +5,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from hw.pe import ProcessingElement
-from hw.widths import index_bits
+from hw.widths import index_bits, mul_const
 from sw import quant
 from sw.config import TileConfig
 
@@ -132,7 +132,7 @@ class SystolicArray(wiring.Component):
         i, o = self.i[lane], self.o[lane]
         # Weight address of the beat: word (bank * n_tiles + nt) * k_tiles + kt.
         addr = Signal(aw, name=f"addr_l{lane}")
-        m.d.comb += addr.eq((i.p.bank * NT + i.p.nt) * KT + i.p.kt)
+        m.d.comb += addr.eq(mul_const(mul_const(i.p.bank, NT) + i.p.nt, KT) + i.p.kt)
         # Input skew: row r sees the beat r cycles late.
         for r in range(R):
             x, a, v = i.p.x[r], addr, i.valid

@@ -4,7 +4,7 @@ from amaranth import *
 from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from hw.widths import index_bits
+from hw.widths import index_bits, mul_const
 from sw import quant
 
 __all__ = ["TasUnit", "row_layout", "decision_layout"]
@@ -109,8 +109,8 @@ class TasUnit(wiring.Component):
                 m.d.comb += self.i.ready.eq(1)
                 with m.If(self.i.valid):
                     m.d.sync += [row.eq(self.i.p), acc.eq(0), step.eq(0)]
-                    m.d.sync += addr.eq((self.i.p.layer * self._n + self.i.p.index) * self._batch
-                                        + self.i.p.row)
+                    pos = mul_const(self.i.p.layer, self._n) + self.i.p.index
+                    m.d.sync += addr.eq(mul_const(pos, self._batch) + self.i.p.row)
                     # frame % refresh_every as a phase that advances with the frame number.
                     with m.If(self.i.p.frame == 0):
                         m.d.sync += phase.eq(0)
