@@ -22,6 +22,31 @@ class ConfigError(ValueError):
     """A configuration value that cannot be built or would overflow the arithmetic."""
 
 
+def _read_json(path) -> dict:
+    """The JSON in ``path``, or one :class:`ConfigError` naming the file."""
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such config file") from None
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"{path}: not valid JSON ({e})") from None
+
+
+def _from_dict(cls, d, source: str, what: str):
+    """``cls(**d)`` for a config dataclass, refusing unknown fields with one clear message."""
+    if not isinstance(d, dict):
+        raise ConfigError(f"{source}: expected a JSON object, not {type(d).__name__}")
+    known = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(d) - known)
+    if unknown:
+        raise ConfigError(f"{source}: unknown {what} field(s) {unknown}; known: {sorted(known)}")
+    try:
+        return cls(**d)
+    except ConfigError as e:
+        raise ConfigError(f"{source}: {e}") from None
+
+
 @dataclass(frozen=True)
 class TileConfig:
     """Geometry of one int8 GEMM tile: ``y[B, N] = requant(x[B, K] @ w[K, N])``.
@@ -90,28 +115,11 @@ class TileConfig:
 
     @classmethod
     def from_dict(cls, d: dict, *, source: str = "config") -> TileConfig:
-        if not isinstance(d, dict):
-            raise ConfigError(f"{source}: expected a JSON object, not {type(d).__name__}")
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(d) - known)
-        if unknown:
-            raise ConfigError(f"{source}: unknown tile config field(s) {unknown}; known: {sorted(known)}")
-        try:
-            return cls(**d)
-        except ConfigError as e:
-            raise ConfigError(f"{source}: {e}") from None
+        return _from_dict(cls, d, source, "tile config")
 
     @classmethod
     def from_json(cls, path) -> TileConfig:
-        try:
-            with open(path) as f:
-                d = json.load(f)
-        except FileNotFoundError:
-            raise ConfigError(f"{path}: no such config file") from None
-        except json.JSONDecodeError as e:
-            raise ConfigError(f"{path}: not valid JSON ({e})") from None
-        return cls.from_dict(d, source=str(path))
-
+        return cls.from_dict(_read_json(path), source=str(path))
 
 #: Sizes of the shipped video model (``sw/train.py`` trains it with these; the checkpoint's
 #: ``config.json`` repeats them and a test checks that the two agree).
@@ -200,29 +208,11 @@ class AccelConfig:
 
     @classmethod
     def from_dict(cls, d: dict, *, source: str = "config") -> AccelConfig:
-        if not isinstance(d, dict):
-            raise ConfigError(f"{source}: expected a JSON object, not {type(d).__name__}")
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(d) - known)
-        if unknown:
-            raise ConfigError(f"{source}: unknown accelerator config field(s) {unknown}; "
-                              f"known: {sorted(known)}")
-        try:
-            return cls(**d)
-        except ConfigError as e:
-            raise ConfigError(f"{source}: {e}") from None
+        return _from_dict(cls, d, source, "accelerator config")
 
     @classmethod
     def from_json(cls, path) -> AccelConfig:
-        try:
-            with open(path) as f:
-                d = json.load(f)
-        except FileNotFoundError:
-            raise ConfigError(f"{path}: no such config file") from None
-        except json.JSONDecodeError as e:
-            raise ConfigError(f"{path}: not valid JSON ({e})") from None
-        return cls.from_dict(d, source=str(path))
-
+        return cls.from_dict(_read_json(path), source=str(path))
 
 #: The accelerator that ``nox -s sim`` and ``nox -s synth`` build: the shipped model, two cores.
 DEFAULT_ACCEL = AccelConfig()

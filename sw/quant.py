@@ -239,6 +239,10 @@ def tas_int(q, k) -> np.ndarray:
     return (q * k).sum(axis=(-1, -2))
 
 
+#: The threshold of tau = +inf: above every int32 TAS, so no row replays.
+THRESHOLD_NEVER = ACC_MAX + 1
+
+
 def tas_threshold(tau: float, s_q: float, s_k: float, heads: int, head_dim: int, *,
                   strict: bool = False) -> int:
     """Integer threshold ``T`` such that ``tas_int >= T`` exactly when the real score clears ``tau``.
@@ -251,13 +255,13 @@ def tas_threshold(tau: float, s_q: float, s_k: float, heads: int, head_dim: int,
     if np.isnan(tau):
         raise QuantError("tau is NaN")
     if tau == np.inf:
-        return ACC_MAX + 1
+        return THRESHOLD_NEVER
     if tau == -np.inf:
         return ACC_MIN
     c = heads * np.sqrt(head_dim) / (s_q * s_k)
     t = tau * c
     th = int(np.floor(t)) + 1 if strict else int(np.ceil(t))
-    return int(np.clip(th, ACC_MIN, ACC_MAX + 1))
+    return int(np.clip(th, ACC_MIN, THRESHOLD_NEVER))
 
 
 def replay_decision(score, threshold) -> np.ndarray:

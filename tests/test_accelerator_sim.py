@@ -15,6 +15,25 @@ from sw.decode_trace import load_decode_trace
 REPO = Path(__file__).resolve().parent.parent
 
 
+async def configure(ctx, dut, words):
+    """Every configuration word, one per cycle (the cfg stream is always ready)."""
+    for w in words:
+        ctx.set(dut.cfg.valid, 1)
+        ctx.set(dut.cfg.p.data.as_value(), w)
+        await ctx.tick()
+    ctx.set(dut.cfg.valid, 0)
+
+
+async def send_group(ctx, dut, beats):
+    """The ``(bits, last)`` row beats of one group on ``x``."""
+    for bits, last in beats:
+        ctx.set(dut.x.valid, 1)
+        ctx.set(dut.x.p.data.as_value(), bits)
+        ctx.set(dut.x.p.last, last)
+        await ctx.tick().until(dut.x.ready)
+    ctx.set(dut.x.valid, 0)
+
+
 def test_first_positions_of_shipped_trace():
     tr = load_decode_trace(REPO / "golden" / "fastcar")
     cfg = DEFAULT_ACCEL
@@ -27,18 +46,9 @@ def test_first_positions_of_shipped_trace():
     B, d = tr.dims["batch"], tr.dims["d_model"]
 
     async def host(ctx):
-        for w in words:
-            ctx.set(dut.cfg.valid, 1)
-            ctx.set(dut.cfg.p.data.as_value(), w)
-            await ctx.tick()
-        ctx.set(dut.cfg.valid, 0)
+        await configure(ctx, dut, words)
         for g in groups:
-            for bits, last in row_beats(cfg, tr, g):
-                ctx.set(dut.x.valid, 1)
-                ctx.set(dut.x.p.data.as_value(), bits)
-                ctx.set(dut.x.p.last, last)
-                await ctx.tick().until(dut.x.ready)
-            ctx.set(dut.x.valid, 0)
+            await send_group(ctx, dut, row_beats(cfg, tr, g))
 
     async def sink(ctx):
         ctx.set(dut.y.ready, 1)
@@ -98,19 +108,10 @@ def run_small(static):
     got, stats = [], []
 
     async def host(ctx):
-        for w in words:
-            ctx.set(dut.cfg.valid, 1)
-            ctx.set(dut.cfg.p.data.as_value(), w)
-            await ctx.tick()
-        ctx.set(dut.cfg.valid, 0)
+        await configure(ctx, dut, words)
         for g in range(2):
             busy0 = [ctx.get(dut.core_busy[p]) for p in range(cfg.cores)]
-            for bits, last in row_beats(cfg, tr, g):
-                ctx.set(dut.x.valid, 1)
-                ctx.set(dut.x.p.data.as_value(), bits)
-                ctx.set(dut.x.p.last, last)
-                await ctx.tick().until(dut.x.ready)
-            ctx.set(dut.x.valid, 0)
+            await send_group(ctx, dut, row_beats(cfg, tr, g))
             await ctx.tick().until(dut.groups == g + 1)
             stats.append((ctx.get(dut.group_cycles),
                           [ctx.get(dut.core_busy[p]) - busy0[p] for p in range(cfg.cores)]))

@@ -14,7 +14,6 @@ cocotbext-axi bus models. Driven by ``test_accelerator.py``; configuration in th
 
 import json
 import os
-import random
 
 import cocotb
 import numpy as np
@@ -26,14 +25,7 @@ from hw.host import config_words, group_beats, trace_layers
 from sw import quant
 from sw.config import AccelConfig
 from sw.decode_trace import load_decode_trace
-
-NEVER = quant.ACC_MAX + 1      # above every int32 TAS: no row replays (tau = +inf)
-
-
-def random_pauses(seed, p):
-    rng = random.Random(seed)
-    while True:
-        yield rng.random() < p
+from tb.stalls import random_pauses
 
 
 def select_groups(tr, spec):
@@ -96,7 +88,7 @@ async def run_mode(dut, tr, cfg, groups, mode, seed, stall, log):
                                     refresh_every=tr.manifest["decode"].get("refresh_every"),
                                     max_chain=tr.manifest["decode"].get("max_chain")))
     B, d = tr.dims["batch"], tr.dims["d_model"]
-    threshold = None if mode != "dense" else NEVER
+    threshold = None if mode != "dense" else quant.THRESHOLD_NEVER
     if mode == "dense":
         want_y = {g: quant.swiglu_int8(tr.x[g], tr.wg[tr.group_layer[g]], tr.wu[tr.group_layer[g]],
                                        tr.wd[tr.group_layer[g]], tr.layer_consts(tr.group_layer[g]))

@@ -10,7 +10,6 @@ environment:
 
 import json
 import os
-import random
 
 import cocotb
 import numpy as np
@@ -24,12 +23,7 @@ from sw import quant
 from sw.config import TileConfig
 from sw.decode_trace import gemm_case, load_decode_trace
 from sw.trace import first_mismatch, load_trace, trace_kind
-
-
-def random_pauses(seed, p):
-    rng = random.Random(seed)
-    while True:
-        yield rng.random() < p
+from tb.stalls import random_pauses
 
 
 class TB:
