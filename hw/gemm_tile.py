@@ -38,7 +38,10 @@ class GemmTile(wiring.Component):
     ``k_tiles * n_tiles`` cycles.
 
     ``banks`` weight matrices of the tile's shape are held (rows carry the bank they use), and
-    ``lanes`` independent pipelines (cores) share the weight memories. With ``raw`` the int32 sums
+    ``lanes`` independent pipelines (cores) share the weight memories. They also share one
+    requantiser and its parameter table: a lane delivers one slice per ``k_tiles`` cycles, so a
+    round-robin over the lanes (one holding register each) keeps up when ``k_tiles >= lanes``, and
+    the table (the biggest user of distributed RAM) exists once. With ``raw`` the int32 sums
     leave unrequantised as slices of ``cols`` channels, for a reduction over several tiles.
 
     Parameters
@@ -68,6 +71,9 @@ class GemmTile(wiring.Component):
         for name, v in (("lanes", lanes), ("banks", banks)):
             if not isinstance(v, int) or v < 1:
                 raise ValueError(f"GemmTile {name} must be a positive integer, not {v!r}")
+        if lanes > cfg.k_tiles and not raw:
+            raise ValueError(f"GemmTile: {lanes} lanes share one requantiser, which needs "
+                             f"k_tiles >= lanes (k_tiles = {cfg.k_tiles})")
         self._cfg, self._lanes, self._banks, self._raw = cfg, lanes, banks, raw
         self._array = SystolicArray(cfg, lanes=lanes, banks=banks)
         out = slice_layout(cfg) if raw else data.ArrayLayout(signed(8), cfg.n_dim)
@@ -117,9 +123,66 @@ class GemmTile(wiring.Component):
         m = Module()
         m.submodules.array = array = self._array
         wiring.connect(m, wiring.flipped(self.w), array.w)
+        if not self._raw:
+            entries = self._banks * self._cfg.n_tiles
+            tag_bits = index_bits(self._lanes) if self._lanes > 1 else 0
+            m.submodules.requant = requant = Requant(self._cfg.cols, entries, tag_bits)
+            wiring.connect(m, wiring.flipped(self.rq), requant.params)
+            self._share_requant(m, array, requant, index_bits(entries))
         for lane in range(self._lanes):
             self._lane(m, array, lane)
         return m
+
+    def _share_requant(self, m, array, requant, entry_bits):
+        """Round-robin the lanes' result slices into the one requantiser.
+
+        A lane's slice that is not taken in the cycle it appears waits in a holding register
+        (the array cannot stall); the lane after the last granted one has priority.
+        """
+        cfg, L = self._cfg, self._lanes
+        item = data.StructLayout({"acc": data.ArrayLayout(signed(quant.ACC_BITS), cfg.cols),
+                                  "sel": len(requant.i.p.sel)})
+        cands, held_v, held = [], [], []
+        for lane in range(L):
+            a = array.o[lane]
+            fresh = Signal(item, name=f"fresh_{lane}")
+            m.d.comb += [fresh.acc.eq(a.p.acc),
+                         fresh.sel.eq(mul_const(a.p.bank, cfg.n_tiles) + a.p.nt)]
+            if L > 1:
+                m.d.comb += fresh.sel[entry_bits:].eq(lane)
+            hv = Signal(name=f"held_valid_{lane}")
+            h = Signal(item, name=f"held_{lane}")
+            cands.append((hv | a.valid, Mux(hv, h, fresh), a.valid, fresh))
+            held_v.append(hv)
+            held.append(h)
+        last = Signal(range(L), name="granted_last")
+        grant = Signal(range(L), name="grant")
+        any_v = Signal()
+        # Priority: last + 1, last + 2, ... (mod L), as a chain of Ifs from the lowest priority up.
+        for k in range(L, 0, -1):
+            for base in range(L):
+                lane = (base + k) % L
+                with m.If((last == base) & cands[lane][0]):
+                    m.d.comb += [grant.eq(lane), any_v.eq(1)]
+        take = Signal()
+        m.d.comb += [
+            requant.i.valid.eq(any_v),
+            take.eq(any_v & requant.i.ready),
+        ]
+        with m.Switch(grant):
+            for lane in range(L):
+                with m.Case(lane):
+                    m.d.comb += requant.i.p.eq(cands[lane][1])
+        with m.If(take):
+            m.d.sync += last.eq(grant)
+        for lane in range(L):
+            _, _, fresh_v, fresh = cands[lane]
+            granted = take & (grant == lane)
+            with m.If(granted):
+                # The held slice (if any) left; a fresh one takes its place.
+                m.d.sync += [held_v[lane].eq(held_v[lane] & fresh_v), held[lane].eq(fresh)]
+            with m.Elif(fresh_v):
+                m.d.sync += [held_v[lane].eq(1), held[lane].eq(fresh)]
 
     def _lane(self, m, array, lane):
         cfg, raw = self._cfg, self._raw
@@ -140,23 +203,16 @@ class GemmTile(wiring.Component):
             gave = Signal(name=f"gave_{lane}")
             m.d.comb += gave.eq(o.valid & o.ready & o.p.last)
         else:
-            m.submodules[f"requant_{lane}"] = requant = Requant(cfg.cols, self._banks * cfg.n_tiles)
-            if lane == 0:
-                wiring.connect(m, wiring.flipped(self.rq), requant.params)
-            else:
-                m.d.comb += [requant.params.valid.eq(self.rq.valid),
-                             requant.params.p.eq(self.rq.p)]
-            m.d.comb += [
-                requant.i.valid.eq(a.valid),
-                requant.i.p.acc.eq(a.p.acc),
-                requant.i.p.sel.eq(mul_const(a.p.bank, cfg.n_tiles) + a.p.nt),
-            ]
-            asm = RowAssembler(cfg, sel_bits=index_bits(self._banks * cfg.n_tiles))
+            requant = m.submodules.requant
+            asm = RowAssembler(cfg, sel_bits=len(requant.o.p.sel))
             m.submodules[f"asm_{lane}"] = asm
+            mine = Const(1) if self._lanes == 1 else requant.o.p.sel[-index_bits(self._lanes):] == lane
             m.d.comb += [
-                asm.i.valid.eq(requant.o.valid), asm.i.p.y.eq(requant.o.p.y),
-                asm.i.p.sel.eq(requant.o.p.sel), requant.o.ready.eq(asm.i.ready),
+                asm.i.valid.eq(requant.o.valid & mine), asm.i.p.y.eq(requant.o.p.y),
+                asm.i.p.sel.eq(requant.o.p.sel),
             ]
+            with m.If(mine):
+                m.d.comb += requant.o.ready.eq(asm.i.ready)
             m.submodules[f"fifo_{lane}"] = buf = fifo.SyncFIFOBuffered(width=cfg.n_dim * 8,
                                                                        depth=self.fifo_depth)
             m.d.comb += [buf.w_en.eq(asm.o.valid), buf.w_data.eq(asm.o.p), asm.o.ready.eq(buf.w_rdy)]

@@ -4,6 +4,7 @@ from amaranth import *
 from amaranth.lib import memory, wiring
 from amaranth.lib.wiring import In, Out
 
+from hw.mult18 import Mult18
 from hw.widths import index_bits
 from sw import quant
 
@@ -15,17 +16,20 @@ class ProcessingElement(wiring.Component):
 
     The activation ``x`` enters from the left together with the weight address ``addr`` and is
     passed, one cycle later, to the right neighbour. The cell reads its weight for that address
-    from a private synchronous memory, registers the read data (block RAM's slow clock-to-out
-    stays out of the multiply path), multiplies it with the activation delayed to match and adds
-    the partial sum from the cell above; the sum is registered towards the cell below::
+    from a private synchronous memory and multiplies it with the activation in a registered
+    multiplier (:class:`hw.mult18.Mult18`: on the ECP5 a ``MULT18X18D`` with its input and output
+    registers), then adds the partial sum from the cell above; the sum is registered towards the
+    cell below::
 
         cycle t      x_i, addr_i arrive; memory read of w[addr_i] starts
-        cycle t+1    x_o = x_i (to the right); read data registered
-        cycle t+2    s_o' = s_i + x * w[addr_i]
-        cycle t+3    s_o visible to the cell below
+        cycle t+1    x_o = x_i (to the right); read data out; both enter the multiplier
+        cycle t+3    product registered; s_o' = s_i + x * w[addr_i]
+        cycle t+4    s_o visible to the cell below
 
     So a wavefront that reaches cell (r, c) at ``t0 + r + c`` meets its partial sum there exactly
-    when the cell above produced it; the array skews row ``r`` by ``r`` cycles.
+    when the cell above produced it; the array skews row ``r`` by ``r`` cycles. Partial sums are
+    ``sum_bits`` wide: the sum of at most ``rows`` products (18 bits for 4 rows), sign-extended
+    into the 32-bit column accumulator below the array.
 
     With ``lanes > 1`` the cell holds that many independent MACs (one per core), each with its own
     activation, address and sum path and its own read port of the one weight memory. Two lanes map
@@ -37,6 +41,8 @@ class ProcessingElement(wiring.Component):
         Words of weight memory (``banks * k_tiles * n_tiles`` of the tile).
     lanes : int
         MACs sharing the memory (cores).
+    sum_bits : int
+        Width of the partial sums (see :func:`hw.widths.sum_bits`).
 
     Members
     -------
@@ -44,16 +50,16 @@ class ProcessingElement(wiring.Component):
         Activation, weight address and valid from the left, per lane.
     x_o, addr_o, v_o : Out(...).array(lanes)
         The same, one cycle later, to the right.
-    s_i : In(signed(32)).array(lanes)
+    s_i : In(signed(sum_bits)).array(lanes)
         Partial sum from above (0 for the top row).
-    s_o : Out(signed(32)).array(lanes)
+    s_o : Out(signed(sum_bits)).array(lanes)
         Partial sum to the cell below.
     we, waddr, wdata : In
         Weight memory write port (weight loading).
     """
 
-    def __init__(self, depth, lanes=1):
-        for name, v in (("depth", depth), ("lanes", lanes)):
+    def __init__(self, depth, lanes=1, sum_bits=quant.ACC_BITS):
+        for name, v in (("depth", depth), ("lanes", lanes), ("sum_bits", sum_bits)):
             if not isinstance(v, int) or v < 1:
                 raise ValueError(f"PE weight memory {name} must be a positive integer, not {v!r}")
         self._depth, self._lanes = depth, lanes
@@ -62,9 +68,12 @@ class ProcessingElement(wiring.Component):
         super().__init__({
             "x_i": In(signed(8)).array(L), "addr_i": In(aw).array(L), "v_i": In(1).array(L),
             "x_o": Out(signed(8)).array(L), "addr_o": Out(aw).array(L), "v_o": Out(1).array(L),
-            "s_i": In(signed(quant.ACC_BITS)).array(L), "s_o": Out(signed(quant.ACC_BITS)).array(L),
+            "s_i": In(signed(sum_bits)).array(L), "s_o": Out(signed(sum_bits)).array(L),
             "we": In(1), "waddr": In(aw), "wdata": In(signed(8)),
         })
+
+    #: Cycles from ``x_i``/``addr_i`` to the product being added (memory read, multiplier).
+    latency = 1 + Mult18.latency
 
     @property
     def depth(self):
@@ -93,15 +102,13 @@ class ProcessingElement(wiring.Component):
             rd = mem.read_port(domain="comb")
             m.d.comb += rd.addr.eq(addr0 if lane == 0 else self.addr_i[lane])
             q = Signal(signed(8), name=f"q_{lane}", reset_less=True)   # the block RAM's output register
-            w = Signal(signed(8), name=f"w_{lane}")
-            x = Signal(signed(8), name=f"x_{lane}")
+            m.submodules[f"mul_{lane}"] = mul = Mult18(8, 8)
+            m.d.comb += [mul.a.eq(self.x_o[lane]), mul.b.eq(q)]
             m.d.sync += [
                 q.eq(rd.data),
                 self.x_o[lane].eq(self.x_i[lane]),
                 self.addr_o[lane].eq(self.addr_i[lane]),
                 self.v_o[lane].eq(self.v_i[lane]),
-                w.eq(q),
-                x.eq(self.x_o[lane]),
-                self.s_o[lane].eq(self.s_i[lane] + x * w),
+                self.s_o[lane].eq(self.s_i[lane] + mul.p),
             ]
         return m

@@ -70,7 +70,9 @@ class Requant(wiring.Component):
     (``~o.valid | o.ready``): parameter lookup, the looked-up parameters registered, ``acc * mult``,
     arithmetic shift with the rounding increment, then the increment added and the result
     saturated.
-    ``sel`` picks the table entry (the tile's output slice) and travels with the data.
+    ``sel`` picks the table entry (the tile's output slice) and travels with the data; with
+    ``tag_bits`` its top bits are a tag that travels along but does not address the table (for
+    example the lane of a requantiser shared by several cores).
 
     Parameters
     ----------
@@ -78,6 +80,8 @@ class Requant(wiring.Component):
         Channels per beat.
     entries : int
         Parameter table entries.
+    tag_bits : int
+        Extra high bits of ``sel`` that are carried but not looked up.
 
     Members
     -------
@@ -90,12 +94,14 @@ class Requant(wiring.Component):
         Table writes.
     """
 
-    def __init__(self, lanes, entries):
+    def __init__(self, lanes, entries, tag_bits=0):
         for name, v in (("lanes", lanes), ("entries", entries)):
             if not isinstance(v, int) or v < 1:
                 raise ValueError(f"Requant {name} must be a positive integer, not {v!r}")
+        if not isinstance(tag_bits, int) or tag_bits < 0:
+            raise ValueError(f"Requant tag_bits must be an integer >= 0, not {tag_bits!r}")
         self._lanes, self._entries = lanes, entries
-        sw = index_bits(entries)
+        sw = index_bits(entries) + tag_bits
         super().__init__({
             "i": In(stream.Signature(data.StructLayout({
                 "acc": data.ArrayLayout(signed(quant.ACC_BITS), lanes), "sel": sw}))),
@@ -121,7 +127,7 @@ class Requant(wiring.Component):
             en.eq(~self.o.valid | self.o.ready),
             self.i.ready.eq(en),
             wr.en.eq(self.params.valid), wr.addr.eq(self.params.p.addr), wr.data.eq(self.params.p.p),
-            rd.addr.eq(self.i.p.sel), rd.en.eq(en),
+            rd.addr.eq(self.i.p.sel[:index_bits(self._entries)]), rd.en.eq(en),
         ]
 
         # Stage 1: table lookup.

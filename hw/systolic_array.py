@@ -5,7 +5,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from hw.pe import ProcessingElement
-from hw.widths import index_bits, mul_const
+from hw.widths import index_bits, mul_const, sum_bits
 from sw import quant
 from sw.config import TileConfig
 
@@ -57,7 +57,7 @@ class SystolicArray(wiring.Component):
     the columns, and a column accumulator at the bottom adds up the ``k_tiles`` slices of one output
     channel. One beat per cycle, so for ``B`` rows::
 
-        cycles = B * (K / rows) * (N / cols) + latency        (latency = rows + cols + 2)
+        cycles = B * (K / rows) * (N / cols) + latency        (latency = rows + cols + 3)
 
     Every PE does a useful MAC in every issue cycle, whatever ``B`` is: the time falls in proportion
     to the number of rows that are really computed, which is what FastCar's replay needs. A
@@ -107,7 +107,7 @@ class SystolicArray(wiring.Component):
     @property
     def latency(self):
         """Cycles from an issue beat of slice ``kt = k_tiles - 1`` to its result on ``o``."""
-        return self._cfg.rows + self._cfg.cols + 2
+        return self._cfg.rows + self._cfg.cols + ProcessingElement.latency
 
     def elaborate(self, platform):
         m = Module()
@@ -115,7 +115,8 @@ class SystolicArray(wiring.Component):
         R, C, KT, NT = cfg.rows, cfg.cols, cfg.k_tiles, cfg.n_tiles
         depth = self._banks * cfg.weight_depth
         aw = index_bits(depth)
-        pes = [[ProcessingElement(depth, self._lanes) for _ in range(C)] for _ in range(R)]
+        psum = sum_bits(R)
+        pes = [[ProcessingElement(depth, self._lanes, psum) for _ in range(C)] for _ in range(R)]
         for r in range(R):
             for c in range(C):
                 m.submodules[f"pe_{r}_{c}"] = pes[r][c]
@@ -153,7 +154,8 @@ class SystolicArray(wiring.Component):
             for c in range(C):
                 m.d.comb += pes[r][c].s_i[lane].eq(0 if r == 0 else pes[r - 1][c].s_o[lane])
         # Control (valid, first/last slice, nt, bank) reaches the bottom of column c at
-        # t0 + R + 2 + c, together with the partial sum of the beat issued at t0 (see hw/pe.py).
+        # t0 + R + PE.latency + c, together with the partial sum of the beat issued at t0 (see
+        # hw/pe.py).
         ctrl_layout = data.StructLayout({"v": 1, "first": 1, "last": 1, "nt": len(i.p.nt),
                                          "bank": len(i.p.bank)})
         ctrl = Signal(ctrl_layout, name=f"ctrl_l{lane}")
@@ -165,15 +167,16 @@ class SystolicArray(wiring.Component):
             ctrl.bank.eq(i.p.bank),
         ]
         col_ctrl = []
-        for d in range(R + 2 + C - 1):
+        pl = ProcessingElement.latency
+        for d in range(R + pl + C - 1):
             nxt = Signal(ctrl_layout, name=f"ctrl_l{lane}_d{d + 1}")
             m.d.sync += nxt.eq(ctrl)
             ctrl = nxt
-            if d >= R + 1:
+            if d >= R + pl - 1:
                 col_ctrl.append(ctrl)
         assert len(col_ctrl) == C
         # Column accumulators, then de-skew so that all columns leave together.
-        # Column c finishes at t0 + R + 3 + c and waits C - 1 - c cycles.
+        # Column c finishes at t0 + R + PE.latency + 1 + c and waits C - 1 - c cycles.
         for c in range(C):
             cc = col_ctrl[c]
             acc = Signal(signed(quant.ACC_BITS), name=f"acc_l{lane}_{c}")

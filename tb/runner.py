@@ -98,7 +98,8 @@ def icarus_time0_fix(text: str) -> str:
 _built: dict[tuple[str, Path, bool], object] = {}
 
 
-def build(make_top, toplevel: str, build_dir: Path, sim: str, *, waves: bool = False):
+def build(make_top, toplevel: str, build_dir: Path, sim: str, *, waves: bool = False,
+          extra_sources=()):
     """Export ``make_top()`` to Verilog and build it for ``sim`` (once per build directory).
 
     ``make_top`` is a callable so that nothing is elaborated when the build is cached."""
@@ -130,7 +131,7 @@ def build(make_top, toplevel: str, build_dir: Path, sim: str, *, waves: bool = F
         # command-line variable (through MAKEFLAGS) puts the missing flag back.
         os.environ["MAKEFLAGS"] = " ".join(filter(None, [saved, "CFG_CXXFLAGS_PCH_I=-include"]))
     try:
-        runner.build(sources=[src], hdl_toplevel=toplevel, build_dir=build_dir, build_args=build_args,
+        runner.build(sources=[src, *extra_sources], hdl_toplevel=toplevel, build_dir=build_dir, build_args=build_args,
                      timescale=("1ns", "1ps"), waves=waves)
     finally:
         if saved is None:
@@ -142,14 +143,16 @@ def build(make_top, toplevel: str, build_dir: Path, sim: str, *, waves: bool = F
 
 
 def run_cocotb(make_top, *, toplevel: str, test_module: str, test_dir: Path, build_dir: Path, sim: str,
-               env: dict[str, str], results_name: str = "results.xml", testcase=None) -> int:
+               env: dict[str, str], results_name: str = "results.xml", testcase=None,
+               extra_sources=()) -> int:
     """Build (cached), run the cocotb tests, and raise :class:`CocotbFailure` on any failure.
 
-    Set ``FASTCAR_WAVES=1`` to dump waveforms into ``build_dir``.
+    Set ``FASTCAR_WAVES=1`` to dump waveforms into ``build_dir``. ``extra_sources`` are further
+    Verilog files (simulation models of vendor primitives).
     Returns the number of cocotb tests that ran.
     """
     waves = os.environ.get("FASTCAR_WAVES", "0") not in ("", "0")
-    runner = build(make_top, toplevel, build_dir, sim, waves=waves)
+    runner = build(make_top, toplevel, build_dir, sim, waves=waves, extra_sources=extra_sources)
     results = Path(build_dir) / results_name
     if results.exists():
         results.unlink()
