@@ -131,8 +131,8 @@ def build(make_top, toplevel: str, build_dir: Path, sim: str, *, waves: bool = F
         # command-line variable (through MAKEFLAGS) puts the missing flag back.
         os.environ["MAKEFLAGS"] = " ".join(filter(None, [saved, "CFG_CXXFLAGS_PCH_I=-include"]))
     try:
-        runner.build(sources=[src, *extra_sources], hdl_toplevel=toplevel, build_dir=build_dir, build_args=build_args,
-                     timescale=("1ns", "1ps"), waves=waves)
+        runner.build(sources=[src, *extra_sources], hdl_toplevel=toplevel, build_dir=build_dir,
+                     build_args=build_args, timescale=("1ns", "1ps"), waves=waves)
     finally:
         if saved is None:
             os.environ.pop("MAKEFLAGS", None)
