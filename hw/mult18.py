@@ -36,26 +36,36 @@ class Mult18(wiring.Component):
     primitive : bool or None
         ``True`` forces the ``MULT18X18D`` instance, ``False`` the model; ``None`` (default)
         picks the instance exactly when the platform is an ECP5.
+    enable : bool
+        Add a clock enable ``ce`` for all three registers (the block's ``CE0``), for pipelines
+        that stall.
 
     Members
     -------
     a : In(signed(a_width))
     b : In(signed(b_width))
     p : Out(signed(a_width + b_width))
+    ce : In(1)
+        Only with ``enable``: the registers load when it is 1.
     """
 
     latency = 2
 
-    def __init__(self, a_width: int = 8, b_width: int = 8, *, primitive: bool | None = None):
+    def __init__(self, a_width: int = 8, b_width: int = 8, *, primitive: bool | None = None,
+                 enable: bool = False):
         for name, v in (("a_width", a_width), ("b_width", b_width)):
             if not isinstance(v, int) or not 1 <= v <= WIDTH:
                 raise ValueError(f"Mult18 {name} must be an integer in 1..{WIDTH}, not {v!r}")
         self._aw, self._bw, self._primitive_choice = a_width, b_width, primitive
-        super().__init__({
+        members = {
             "a": In(signed(a_width)),
             "b": In(signed(b_width)),
             "p": Out(signed(a_width + b_width)),
-        })
+        }
+        if enable:
+            members["ce"] = In(1)
+        self._enable = enable
+        super().__init__(members)
 
     def elaborate(self, platform):
         m = Module()
@@ -66,7 +76,8 @@ class Mult18(wiring.Component):
             a = Signal(signed(self._aw), reset_less=True)
             b = Signal(signed(self._bw), reset_less=True)
             p = Signal(signed(self._aw + self._bw), reset_less=True)
-            m.d.sync += [a.eq(self.a), b.eq(self.b), p.eq(a * b)]
+            with m.If(self.ce if self._enable else Const(1)):
+                m.d.sync += [a.eq(self.a), b.eq(self.b), p.eq(a * b)]
             m.d.comb += self.p.eq(p)
         return m
 
@@ -92,7 +103,7 @@ class Mult18(wiring.Component):
             p_HIGHSPEED_CLK="NONE",
             i_SIGNEDA=Const(1), i_SIGNEDB=Const(1), i_SOURCEA=Const(0), i_SOURCEB=Const(0),
             i_CLK0=ClockSignal("sync"), i_CLK1=Const(0), i_CLK2=Const(0), i_CLK3=Const(0),
-            i_CE0=Const(1), i_CE1=Const(0), i_CE2=Const(0), i_CE3=Const(0),
+            i_CE0=self.ce if self._enable else Const(1), i_CE1=Const(0), i_CE2=Const(0), i_CE3=Const(0),
             i_RST0=Const(0), i_RST1=Const(0), i_RST2=Const(0), i_RST3=Const(0),
             **ports,
         )

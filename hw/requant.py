@@ -4,6 +4,7 @@ from amaranth import *
 from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from hw.mult18 import Mult18
 from hw.widths import index_bits
 from sw import quant
 
@@ -66,10 +67,12 @@ def load_layout(lanes, entries):
 class Requant(wiring.Component):
     """Vector requantiser with a table of per-channel ``(mult, shift)`` parameters.
 
-    Five pipeline stages, all advancing together when the output can move
-    (``~o.valid | o.ready``): parameter lookup, the looked-up parameters registered, ``acc * mult``,
-    arithmetic shift with the rounding increment, then the increment added and the result
-    saturated.
+    Six pipeline stages, all advancing together when the output can move
+    (``~o.valid | o.ready``): parameter lookup; the looked-up parameters and the sums in the
+    input registers of two DSP multipliers (:class:`hw.mult18.Mult18`); the partial products
+    ``acc[17:] * mult`` and ``acc[:17] * mult`` in their output registers; their sum
+    ``acc * mult``; arithmetic shift with the rounding increment; then the increment added and
+    the result saturated.
     ``sel`` picks the table entry (the tile's output slice) and travels with the data; with
     ``tag_bits`` its top bits are a tag that travels along but does not address the table (for
     example the lane of a requantiser shared by several cores).
@@ -110,7 +113,7 @@ class Requant(wiring.Component):
             "params": In(stream.Signature(load_layout(lanes, entries), always_ready=True)),
         })
 
-    latency = 5
+    latency = 6
 
     def elaborate(self, platform):
         m = Module()
@@ -132,11 +135,27 @@ class Requant(wiring.Component):
 
         # Stage 1: table lookup.
         v1, acc1, sel1 = Signal(), Signal.like(self.i.p.acc), Signal.like(self.i.p.sel)
-        # Stage 1b: the table's read data registered (block RAM clock-to-out stays out of the multiply).
-        v1b, acc1b, sel1b = Signal(), Signal.like(self.i.p.acc), Signal.like(self.i.p.sel)
-        par = Signal(params_layout(L))
-        # Stage 2: product.
-        v2, sel2 = Signal(), Signal.like(self.i.p.sel)
+        # Stage 1b: inputs of the multipliers registered (in the DSP blocks); stage 2: partial
+        # products. acc = hi * 2**LO + lo with lo unsigned, so acc * mult = (hi * mult << LO) +
+        # lo * mult, each an 18 x 18 product.
+        v1b, sel1b, v2, sel2 = Signal(), Signal.like(self.i.p.sel), Signal(), Signal.like(self.i.p.sel)
+        LO = 17
+        mult_w = quant.MULT_BITS + 1                  # unsigned multiplier as a signed operand
+        shift1b = [Signal(quant.SHIFT_BITS, name=f"shift1b_{lane}") for lane in range(L)]
+        shift2 = [Signal(quant.SHIFT_BITS, name=f"shift2_{lane}") for lane in range(L)]
+        parts = []
+        for lane in range(L):
+            lo = Mult18(LO + 1, mult_w, enable=True)
+            hi = Mult18(quant.ACC_BITS - LO, mult_w, enable=True)
+            m.submodules[f"mul_lo_{lane}"], m.submodules[f"mul_hi_{lane}"] = lo, hi
+            m.d.comb += [
+                lo.a.eq(acc1[lane][:LO]), hi.a.eq(acc1[lane][LO:].as_signed()),
+                lo.b.eq(rd.data.mult[lane]), hi.b.eq(rd.data.mult[lane]),
+                lo.ce.eq(en), hi.ce.eq(en),
+            ]
+            parts.append((hi.p, lo.p))
+        # Stage 2b: the product.
+        v2b, sel2b = Signal(), Signal.like(self.i.p.sel)
         prods = [Signal(signed(quant.PRODUCT_BITS), name=f"prod_{lane}") for lane in range(L)]
         shifts = [Signal(quant.SHIFT_BITS, name=f"shift_{lane}") for lane in range(L)]
         # Stage 3: arithmetic shift and rounding increment.
@@ -148,14 +167,17 @@ class Requant(wiring.Component):
         sats = [saturate(m, qs[lane], ups[lane]) for lane in range(L)]
         with m.If(en):
             m.d.sync += [v1.eq(self.i.valid), acc1.eq(self.i.p.acc), sel1.eq(self.i.p.sel)]
-            m.d.sync += [v1b.eq(v1), acc1b.eq(acc1), sel1b.eq(sel1), par.eq(rd.data)]
-            m.d.sync += [v2.eq(v1b), sel2.eq(sel1b)]
-            m.d.sync += [v3.eq(v2), sel3.eq(sel2)]
+            m.d.sync += [v1b.eq(v1), sel1b.eq(sel1), v2.eq(v1b), sel2.eq(sel1b)]
+            m.d.sync += [v2b.eq(v2), sel2b.eq(sel2)]
+            m.d.sync += [v3.eq(v2b), sel3.eq(sel2b)]
             m.d.sync += [self.o.valid.eq(v3), self.o.p.sel.eq(sel3)]
             for lane in range(L):
+                hi_p, lo_p = parts[lane]
                 m.d.sync += [
-                    prods[lane].eq(acc1b[lane] * par.mult[lane]),
-                    shifts[lane].eq(par.shift[lane]),
+                    shift1b[lane].eq(rd.data.shift[lane]),
+                    shift2[lane].eq(shift1b[lane]),
+                    prods[lane].eq((hi_p << LO) + lo_p),
+                    shifts[lane].eq(shift2[lane]),
                     qs[lane].eq(rounded[lane][0]),
                     ups[lane].eq(rounded[lane][1]),
                     self.o.p.y[lane].eq(sats[lane]),
