@@ -75,7 +75,13 @@ def bench(session):
 
 @nox.session(python=PYTHON)
 def synth(session):
-    """ECP5-85F bitstream of the current top; writes build/synth/ulx3s_85f/report.json."""
+    """ECP5-85F bitstream for the ULX3S; writes build/synth/ulx3s_85f/report.json.
+
+    By default the board top: the accelerator behind the UART bridge on the FTDI pins, which
+    ``python -m sw.board --port ...`` drives (docs/board.md). ``nox -s synth -- --harness`` builds
+    the accelerator inside the LFSR synthesis harness instead, ``-- --tile T.json`` one GEMM tile;
+    ``-- --accel A.json`` picks another accelerator configuration.
+    """
     install(session, "hw,synth")
     session.run("python", "-m", "hw.synth", *session.posargs)
 

@@ -2,15 +2,18 @@
 
 Usage::
 
-    python -m hw.synth [--target-mhz 150] [--board constraints/ulx3s_85f.toml]
-                       [--accel CFG.json | --tile T.json]
+    python -m hw.synth [--target-mhz 150] [--board constraints/ulx3s_85f.toml] [--baud B]
+                       [--accel CFG.json] [--harness | --tile T.json]
 
-The flow: ``hw.top.make_top()`` (by default the :class:`hw.accelerator.Accelerator`) wrapped
-in :class:`hw.synth_harness.SynthHarness`, clocked from the
-board's 25 MHz oscillator through an ``EHXPLLL`` at (close to) the target frequency,
-built with amaranth-boards (yosys, nextpnr-ecp5, ecppack; the YoWASP builds by default).
-Results are parsed from nextpnr's own log (``<name>.tim`` in the build directory) and
-written to ``<build dir>/report.json``.
+By default the flow builds the board top (:class:`hw.board_top.BoardTop`): the accelerator of
+``--accel`` (default: the project's default configuration) behind the UART bridge on the ULX3S's
+FTDI pins, which ``python -m sw.board`` talks to (``docs/board.md``). ``--harness`` builds
+``hw.top.make_top()`` inside :class:`hw.synth_harness.SynthHarness` instead (LFSR stimulus,
+outputs folded into the LEDs: area and Fmax without the I/O), as ``--tile`` (one GEMM tile) always
+does. Either is clocked from the board's 25 MHz oscillator through an ``EHXPLLL`` at (close to) the
+target frequency (:func:`add_pll_domain`), built with amaranth-boards (yosys, nextpnr-ecp5,
+ecppack; the YoWASP builds by default). Results are parsed from nextpnr's own log (``<name>.tim``
+in the build directory) and written to ``<build dir>/report.json``.
 """
 import argparse
 import importlib
@@ -140,8 +143,58 @@ def compute_pll(fin_mhz, target_mhz):
                      float(fin), float(fpfd), float(fvco), float(fout))
 
 
-class BoardTop(Elaboratable):
-    """Board wrapper: 25 MHz pin -> EHXPLLL -> ``sync`` (reset until lock) -> harness(dut)."""
+def add_pll_domain(m, platform, board, pll):
+    """Add the ``sync`` domain to ``m``: the board's oscillator (``[clock] resource``) through an
+    ``EHXPLLL`` set to ``pll`` (:func:`compute_pll`), held in reset until the PLL has locked.
+
+    This is the only clock code of the board builds: the board top (:class:`hw.board_top.BoardTop`)
+    and the synthesis harness (:class:`HarnessTop`) both call it. Nothing here can be simulated;
+    simulations take the ``sync`` domain's clock directly.
+    """
+    clk_in = platform.request(board["clock"]["resource"], 0)
+    m.domains.sync = cd_sync = ClockDomain("sync")
+    locked = Signal()
+    mhz = f"{pll.fout_mhz:.6g}"
+    m.submodules.pll = Instance(
+        "EHXPLLL",
+        a_FREQUENCY_PIN_CLKI=f"{pll.fin_mhz:.6g}",
+        a_FREQUENCY_PIN_CLKOP=mhz,
+        a_ICP_CURRENT="12", a_LPF_RESISTOR="8",
+        a_MFG_ENABLE_FILTEROPAMP="1", a_MFG_GMCREF_SEL="2",
+        p_PLLRST_ENA="DISABLED", p_INTFB_WAKE="DISABLED",
+        p_STDBY_ENABLE="DISABLED", p_DPHASE_SOURCE="DISABLED",
+        p_OUTDIVIDER_MUXA="DIVA", p_OUTDIVIDER_MUXB="DIVB",
+        p_OUTDIVIDER_MUXC="DIVC", p_OUTDIVIDER_MUXD="DIVD",
+        p_CLKI_DIV=pll.clki_div, p_CLKFB_DIV=pll.clkfb_div,
+        p_CLKOP_ENABLE="ENABLED", p_CLKOP_DIV=pll.clkop_div,
+        p_CLKOP_CPHASE=pll.clkop_cphase, p_CLKOP_FPHASE=0,
+        p_FEEDBK_PATH="CLKOP",
+        i_CLKI=clk_in.i, i_CLKFB=cd_sync.clk, o_CLKOP=cd_sync.clk,
+        i_RST=0, i_STDBY=0, i_PHASESEL0=0, i_PHASESEL1=0, i_PHASEDIR=1,
+        i_PHASESTEP=1, i_PHASELOADREG=1, i_PLLWAKESYNC=0, i_ENCLKOP=0,
+        o_LOCK=locked,
+    )
+    # sync stays in reset until the PLL has locked and LOCK has crossed 4 flops (which
+    # start at 1 from configuration). A plain synchronous reset: LOCK is asynchronous,
+    # but its release reaches the design only through this shift register.
+    lock_sync = Signal(4, init=0b1111, reset_less=True)
+    m.d.sync += lock_sync.eq(Cat(lock_sync[1:], ~locked))
+    m.d.comb += cd_sync.rst.eq(lock_sync[0])
+    # No add_clock_constraint here: nextpnr derives CLKOP's constraint from the
+    # FREQUENCY PORT of clk25 and the dividers ("Derived frequency constraint of ...").
+    # (Amaranth would write FREQUENCY NET "harness.dut.clk", a name nextpnr does not
+    # find: it warns and ignores it.)
+
+
+def request_leds(platform, board):
+    """The output pins of the board's LEDs (``[leds] resource`` and ``count``)."""
+    return [platform.request(board["leds"]["resource"], i).o for i in range(board["leds"]["count"])]
+
+
+class HarnessTop(Elaboratable):
+    """Synthesis harness on the board: 25 MHz pin -> EHXPLLL -> ``sync`` (reset until lock) ->
+    :class:`hw.synth_harness.SynthHarness` around ``dut``, whose outputs are folded into the LEDs.
+    For area and Fmax of a design without its I/O (``python -m hw.synth --harness``, ``--tile``)."""
 
     def __init__(self, dut, board, pll):
         self.dut = dut
@@ -153,44 +206,8 @@ class BoardTop(Elaboratable):
         from hw.synth_harness import SynthHarness
 
         m = Module()
-        pll = self.pll
-        clk_in = platform.request(self.board["clock"]["resource"], 0)
-        m.domains.sync = cd_sync = ClockDomain("sync")
-        locked = Signal()
-        mhz = f"{pll.fout_mhz:.6g}"
-        m.submodules.pll = Instance(
-            "EHXPLLL",
-            a_FREQUENCY_PIN_CLKI=f"{pll.fin_mhz:.6g}",
-            a_FREQUENCY_PIN_CLKOP=mhz,
-            a_ICP_CURRENT="12", a_LPF_RESISTOR="8",
-            a_MFG_ENABLE_FILTEROPAMP="1", a_MFG_GMCREF_SEL="2",
-            p_PLLRST_ENA="DISABLED", p_INTFB_WAKE="DISABLED",
-            p_STDBY_ENABLE="DISABLED", p_DPHASE_SOURCE="DISABLED",
-            p_OUTDIVIDER_MUXA="DIVA", p_OUTDIVIDER_MUXB="DIVB",
-            p_OUTDIVIDER_MUXC="DIVC", p_OUTDIVIDER_MUXD="DIVD",
-            p_CLKI_DIV=pll.clki_div, p_CLKFB_DIV=pll.clkfb_div,
-            p_CLKOP_ENABLE="ENABLED", p_CLKOP_DIV=pll.clkop_div,
-            p_CLKOP_CPHASE=pll.clkop_cphase, p_CLKOP_FPHASE=0,
-            p_FEEDBK_PATH="CLKOP",
-            i_CLKI=clk_in.i, i_CLKFB=cd_sync.clk, o_CLKOP=cd_sync.clk,
-            i_RST=0, i_STDBY=0, i_PHASESEL0=0, i_PHASESEL1=0, i_PHASEDIR=1,
-            i_PHASESTEP=1, i_PHASELOADREG=1, i_PLLWAKESYNC=0, i_ENCLKOP=0,
-            o_LOCK=locked,
-        )
-        # sync stays in reset until the PLL has locked and LOCK has crossed 4 flops (which
-        # start at 1 from configuration). A plain synchronous reset: LOCK is asynchronous,
-        # but its release reaches the design only through this shift register.
-        lock_sync = Signal(4, init=0b1111, reset_less=True)
-        m.d.sync += lock_sync.eq(Cat(lock_sync[1:], ~locked))
-        m.d.comb += cd_sync.rst.eq(lock_sync[0])
-        # No add_clock_constraint here: nextpnr derives CLKOP's constraint from the
-        # FREQUENCY PORT of clk25 and the dividers ("Derived frequency constraint of ...").
-        # (Amaranth would write FREQUENCY NET "harness.dut.clk", a name nextpnr does not
-        # find: it warns and ignores it.)
-
-        leds = [platform.request(self.board["leds"]["resource"], i).o
-                for i in range(self.board["leds"]["count"])]
-        m.submodules.harness = self.harness = SynthHarness(self.dut, leds)
+        add_pll_domain(m, platform, self.board, self.pll)
+        m.submodules.harness = self.harness = SynthHarness(self.dut, request_leds(platform, self.board))
         return m
 
 
@@ -376,14 +393,34 @@ def _toolchain_failure(build_dir, name, returncode):
     return f"{build_dir}: toolchain failed (exit {returncode})"
 
 
-def run_synth(target_mhz=None, board_file=DEFAULT_BOARD_FILE, build_dir=None, progress=None, design=None):
+def make_board_top(design, board, pll, *, harness=False, baud=None):
+    """The top level that is built: :class:`hw.board_top.BoardTop` for an
+    :class:`sw.config.AccelConfig`, or :class:`HarnessTop` around ``hw.top.make_top(design)`` with
+    ``harness`` or for a :class:`sw.config.TileConfig` (a lone tile has no UART bridge)."""
+    from hw.top import make_top
+    from sw.config import TileConfig
+
+    if harness or isinstance(design, TileConfig):
+        return HarnessTop(make_top(design), board, pll)
+    from hw.board_top import BoardTop, uart_settings
+
+    try:
+        uart_settings(board, pll.fout_mhz * 1e6, baud)
+    except ValueError as e:
+        raise SynthError(str(e)) from None
+    return BoardTop(design, board, pll, baud=baud)
+
+
+def run_synth(target_mhz=None, board_file=DEFAULT_BOARD_FILE, build_dir=None, progress=None, design=None,
+              harness=False, baud=None):
     """Build the bitstream, parse nextpnr's log and write ``report.json``; return the report.
 
     ``progress``, if given, is called with one status line before the (slow) build.
     ``design`` is an :class:`sw.config.AccelConfig` (the whole accelerator; default
     :data:`sw.config.DEFAULT_ACCEL`) or a :class:`sw.config.TileConfig` (one GEMM tile).
+    The accelerator is built as the board top with its UART bridge (:func:`make_board_top`),
+    or inside the synthesis harness with ``harness``; ``baud`` overrides the board file's.
     """
-    from hw.top import make_top
     from sw.config import DEFAULT_ACCEL, TileConfig
 
     design = design or DEFAULT_ACCEL
@@ -394,6 +431,7 @@ def run_synth(target_mhz=None, board_file=DEFAULT_BOARD_FILE, build_dir=None, pr
     name = board["build"]["name"]
     pll = compute_pll(board["clock"]["frequency_mhz"], target_mhz)
     platform = make_platform(board)
+    top = make_board_top(design, board, pll, harness=harness, baud=baud)
     setup_tool_env()
 
     # amaranth only overwrites files: drop the tools' outputs so none can be stale.
@@ -404,9 +442,10 @@ def run_synth(target_mhz=None, board_file=DEFAULT_BOARD_FILE, build_dir=None, pr
         progress(f"building {board['device']} bitstream in {build_dir}: PLL {pll.fin_mhz:g} MHz"
                  f" / {pll.clki_div} * {pll.clkfb_div} = {pll.fout_mhz:.3f} MHz"
                  f" (VCO {pll.fvco_mhz:.1f} MHz, CLKOP_DIV {pll.clkop_div});"
-                 f" yosys + nextpnr-ecp5 + ecppack take minutes")
+                 + (" synthesis harness;" if isinstance(top, HarnessTop) else
+                    f" board top, UART {top.baud} baud ({top.clocks_per_bit} cycles per bit);")
+                 + " yosys + nextpnr-ecp5 + ecppack take minutes")
     start = time.monotonic()
-    top = BoardTop(make_top(design), board, pll)
     try:
         platform.build(top, name=name, build_dir=str(build_dir),
                        do_program=False, **BUILD_OVERRIDES)
@@ -441,7 +480,7 @@ def run_synth(target_mhz=None, board_file=DEFAULT_BOARD_FILE, build_dir=None, pr
         "pll": asdict(pll),
         **parsed,
         # Included in ff above: the harness's own flops (upper bound), not the DUT's.
-        "harness_ff_max": top.harness.register_bits if top.harness else None,
+        "harness_ff_max": top.harness.register_bits if getattr(top, "harness", None) else None,
         "bitstream": str(bitstream),
         "nextpnr_log": str(log_path),
         "synth_seconds": round(seconds, 1),
@@ -456,11 +495,19 @@ def main(argv=None):
                         help="sync clock target (default: target_mhz from the board file)")
     parser.add_argument("--board", default=str(DEFAULT_BOARD_FILE), help="board facts TOML")
     parser.add_argument("--build-dir", default=None, help="override build.dir of the board file")
+    parser.add_argument("--baud", type=int, default=None,
+                        help="UART baud rate of the board top (default: [uart] baud of the board file)")
+    parser.add_argument("--accel", default=None,
+                        help="accelerator config as JSON (default: the project's default configuration)")
     which = parser.add_mutually_exclusive_group()
-    which.add_argument("--accel", default=None,
-                       help="accelerator config as JSON (default: the project's default configuration)")
-    which.add_argument("--tile", default=None, help="synthesise one GEMM tile of this geometry (JSON)")
+    which.add_argument("--harness", action="store_true",
+                       help="build the accelerator inside the LFSR synthesis harness instead of the "
+                            "board top with its UART bridge")
+    which.add_argument("--tile", default=None,
+                       help="synthesise one GEMM tile of this geometry (JSON), inside the harness")
     args = parser.parse_args(argv)
+    if args.tile and args.accel:
+        parser.error("argument --tile: not allowed with argument --accel")
     try:
         from sw.config import AccelConfig, ConfigError, TileConfig
         try:
@@ -473,7 +520,8 @@ def main(argv=None):
         except ConfigError as e:
             raise SynthError(str(e)) from None
         report = run_synth(args.target_mhz, args.board, args.build_dir,
-                           progress=lambda line: print(f"hw.synth: {line}", file=sys.stderr), design=design)
+                           progress=lambda line: print(f"hw.synth: {line}", file=sys.stderr), design=design,
+                           harness=args.harness, baud=args.baud)
     except SynthError as e:
         print(f"hw.synth: error: {e}", file=sys.stderr)
         return 1
