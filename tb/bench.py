@@ -8,11 +8,14 @@ For every tau: ``sw/export_trace.py`` exports the shipped model's decode trace (
 ``golden/fastcar`` is the tau = -1.5 point), then the Verilator build of the default accelerator
 runs it three times without stalls: FastCar with DRS, FastCar with static assignment, and dense
 (tau = +inf on the same inputs). Every output is checked bit for bit, and every group's cycles
-against the cycle model (``sw/perfmodel.py``, at most 2 % off).
+against the cycle model (``sw/perfmodel.py``): the bench stops with the mode, group and both
+counts if any group is more than 2 % off (:func:`model_check`).
 
-Writes ``report.json`` (list ``points``: tau, replay_ratio, cycles_dense, cycles_fastcar,
-cycles_static, speedup = dense / fastcar, ideal = rows / computed rows, mac_utilization = MACs done
-/ (MAC units x cycles), drs_gain = static / fastcar), ``report.md`` and ``speedup.png``.
+Writes ``report.json`` (``accel``: the configuration that ran; list ``points``: tau, replay_ratio,
+cycles_dense, cycles_fastcar, cycles_static, speedup = dense / fastcar, ideal = rows / computed
+rows, mac_utilization = MACs done / (MAC units x cycles), drs_gain = static / fastcar; the cycle
+model's totals model_cycles_fastcar, model_cycles_static, model_cycles_dense,
+cycle_model_worst_error and per mode cycle_model), ``report.md`` and ``speedup.png``.
 """
 
 from __future__ import annotations
@@ -47,10 +50,66 @@ def run_point(trace: Path, groups: str, tag: str) -> dict:
                                "FASTCAR_MODES": "drs,static,dense"}, tag)
 
 
+#: Largest relative difference between the cycle model and the RTL on any group of a bench point.
+MODEL_TOLERANCE = 0.02
+#: The RTL run's mode -> the report's name for it.
+MODE_KEYS = {"drs": "fastcar", "static": "static", "dense": "dense"}
+
+
+def model_check(cfg, mask, modes: dict, groups, *, where: str = "",
+                tolerance: float = MODEL_TOLERANCE) -> dict:
+    """The cycle model's prediction of every group of every mode, against the RTL's counters.
+
+    Parameters
+    ----------
+    cfg : AccelConfig
+        The accelerator that ran.
+    mask : ndarray
+        ``[G, B]`` replay bits of the groups that ran (the dense run replays nothing).
+    modes : dict
+        The RTL report's ``modes``: for ``drs``, ``static`` and ``dense`` (the bench runs all three;
+        a mode that is absent is not checked) the measured ``cycles`` of every group.
+    groups : sequence of int
+        Trace group index of each row of ``mask`` (to name the worst group).
+    where : str
+        Prefix of the error message (the bench point).
+    tolerance : float
+        Largest relative error allowed on any group.
+
+    Returns
+    -------
+    dict
+        Per mode: ``model_total``, ``rtl_total``, ``worst_error`` and ``worst_group``.
+
+    Raises
+    ------
+    SystemExit
+        When some group is off by more than ``tolerance``, naming the mode, the group and both counts.
+    """
+    from sw.perfmodel import trace_cycles
+
+    out = {}
+    for mode in (k for k in MODE_KEYS if k in modes):
+        masks = np.zeros_like(mask) if mode == "dense" else mask
+        model = trace_cycles(cfg, masks, static=(mode == "static"))
+        rtl = np.asarray(modes[mode]["cycles"])
+        if rtl.shape != model.shape:
+            raise SystemExit(f"tb.bench: {where}: {mode}: {rtl.size} measured groups for "
+                             f"{model.size} modelled")
+        err = np.abs(model - rtl) / rtl
+        w = int(np.argmax(err))
+        if err[w] > tolerance:
+            raise SystemExit(f"tb.bench: {where}: {mode}: the cycle model is off by {err[w]:.2%} on group "
+                             f"{groups[w]} (RTL {int(rtl[w])} cycles, model {int(model[w])}); the limit is "
+                             f"{tolerance:.0%}")
+        out[mode] = {"model_total": int(model.sum()), "rtl_total": int(rtl.sum()),
+                     "worst_error": float(err[w]), "worst_group": int(groups[w])}
+    return out
+
+
 def point(tau: float, trace: Path, rep: dict) -> dict:
     from sw.config import DEFAULT_ACCEL as cfg
     from sw.decode_trace import load_decode_trace
-    from sw.perfmodel import trace_cycles
 
     tr = load_decode_trace(trace)
     groups = rep["groups"]
@@ -58,32 +117,31 @@ def point(tau: float, trace: Path, rep: dict) -> dict:
     rows, computed = mask.size, int((1 - mask).sum())
     m = rep["modes"]
     fast, static, dense = (m[k]["total_cycles"] for k in ("drs", "static", "dense"))
-    worst = 0.0
-    for mode, masks in (("drs", mask), ("static", mask), ("dense", np.zeros_like(mask))):
-        model = trace_cycles(cfg, masks, static=(mode == "static"))
-        err = np.abs(model - np.array(m[mode]["cycles"])) / np.array(m[mode]["cycles"])
-        worst = max(worst, float(err.max()))
-    if worst > 0.02:
-        raise SystemExit(f"tb.bench: tau {tau}: the cycle model is off by {worst:.1%} on some group")
+    check = model_check(cfg, mask, m, groups, where=f"tau {tau}")
+    worst = max(c["worst_error"] for c in check.values())
     macs = computed * 3 * cfg.d_model * cfg.d_ff
     return {"tau": tau, "trace": str(trace), "groups": len(groups), "rows": rows,
             "replay_ratio": float(mask.mean()), "cycles_dense": dense, "cycles_fastcar": fast,
             "cycles_static": static, "speedup": dense / fast, "ideal": rows / max(computed, 1),
             "fraction_of_ideal": dense / fast / (rows / max(computed, 1)),
             "mac_utilization": macs / (cfg.macs * fast), "drs_gain": static / fast,
-            "cycle_model_worst_error": worst}
+            "cycle_model_worst_error": worst,
+            **{f"model_cycles_{MODE_KEYS[k]}": c["model_total"] for k, c in check.items()},
+            "cycle_model": check}
 
 
 def write(points, out: Path) -> None:
     from sw.atomic import atomic_dir
 
     lines = ["| tau | replay ratio | dense cycles | FastCar+DRS | static | speed-up | ideal | of ideal "
-             "| MAC utilisation | static / DRS |", "|---|---|---|---|---|---|---|---|---|---|"]
+             "| MAC utilisation | static / DRS | cycle model (FastCar+DRS) | model worst group |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for p in points:
         lines.append(f"| {p['tau']} | {p['replay_ratio']:.3f} | {p['cycles_dense']:,} "
                      f"| {p['cycles_fastcar']:,} | {p['cycles_static']:,} | {p['speedup']:.2f}x "
                      f"| {p['ideal']:.2f}x | {p['fraction_of_ideal']:.2f} | {p['mac_utilization']:.2f} "
-                     f"| {p['drs_gain']:.3f} |")
+                     f"| {p['drs_gain']:.3f} | {p['model_cycles_fastcar']:,} "
+                     f"| {p['cycle_model_worst_error']:.2%} |")
     table = "\n".join(lines) + "\n"
     import matplotlib
 
@@ -91,7 +149,10 @@ def write(points, out: Path) -> None:
     import matplotlib.pyplot as plt
 
     with atomic_dir(out, force=True) as tmp:
-        (tmp / "report.json").write_text(json.dumps({"points": points}, indent=1) + "\n")
+        from sw.config import DEFAULT_ACCEL
+
+        report = {"accel": DEFAULT_ACCEL.to_dict(), "points": points}
+        (tmp / "report.json").write_text(json.dumps(report, indent=1) + "\n")
         (tmp / "report.md").write_text(table)
         fig, ax = plt.subplots(figsize=(5.5, 3.4), dpi=100)
         r = np.linspace(0, 0.9, 50)

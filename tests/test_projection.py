@@ -1,0 +1,323 @@
+"""The cycle model against cycles that the RTL measures here, the bench's model check, and the
+projection's arithmetic, inputs and command line (``sw/projection.py``)."""
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+from amaranth.sim import Simulator
+
+from hw.accelerator import Accelerator
+from hw.host import config_words, row_beats
+from sw import projection as pj
+from sw.config import DEFAULT_ACCEL, AccelConfig
+from sw.perfmodel import group_cycles
+from tb.bench import MODEL_TOLERANCE, model_check
+from tests.test_accelerator_sim import configure, send_group
+from tests.test_mlp_core_sim import random_layer
+
+REPO = Path(__file__).resolve().parent.parent
+
+# ---------------------------------------------------------------------------------------------
+# The cycle model against the RTL's own counter, measured in this test
+# ---------------------------------------------------------------------------------------------
+
+#: Small enough for amaranth.sim, large enough that a group is hundreds of cycles like the
+#: default's: one chunk is T = 16 * 16 / (2 * 2) = 64 cycles in a tile stage.
+SIM_CFG = AccelConfig(d_model=16, d_ff=64, layers=1, tokens_per_frame=4, batch=4, rows=2, cols=2,
+                      cores=2, chunks=4, gate_lanes=2, tas_lanes=4)
+#: All 16 replay masks of four rows, in frames 1 to 4 (frame 0 computes every row: dense groups).
+MASKS = [tuple((m >> (3 - b)) & 1 for b in range(4)) for m in range(16)]
+
+
+def every_mask_trace(cfg: AccelConfig, seed: int = 0):
+    """A one-layer decode trace whose frames 1-4 replay the rows of :data:`MASKS`, one per group.
+
+    Every ``q`` is 10; ``k_prev`` is 10 where a row must replay (TAS 16 * 100 = 1600 >= 400) and 0
+    elsewhere (TAS 0 < 400).
+    """
+    rng = np.random.default_rng(seed)
+    B, N, d = cfg.batch, cfg.tokens_per_frame, cfg.d_model
+    frames = 1 + len(MASKS) // N
+    G = frames * N
+    want = np.array([(0,) * B] * N + MASKS, np.uint8)
+    k = np.where(want[:, :, None] == 1, 10, 0).astype(np.int8) * np.ones((1, 1, d), np.int8)
+    tr = SimpleNamespace(group_layer=np.zeros(G, int), group_frame=np.repeat(np.arange(frames), N),
+                         group_index=np.tile(np.arange(N), frames),
+                         dims={"batch": B, "layers": 1, "d_model": d},
+                         x=rng.integers(-128, 128, (G, B, d)).astype(np.int8),
+                         q=np.full((G, B, d), 10, np.int8), k_prev=k, threshold=np.array([400]))
+    return tr, want, random_layer(rng, d, cfg.d_ff)
+
+
+def measure(cfg: AccelConfig, static: bool) -> tuple[list[int], np.ndarray, np.ndarray]:
+    """Run the trace through the RTL: the ``group_cycles`` counter after every group, the replay bits."""
+    tr, want, layer = every_mask_trace(cfg)
+    words = config_words(cfg, [layer], static=static)
+    dut = Accelerator(cfg)
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    G, B = want.shape
+    cycles, replay = [], []
+
+    async def host(ctx):
+        await configure(ctx, dut, words)
+        for g in range(G):
+            await send_group(ctx, dut, row_beats(cfg, tr, g))
+            await ctx.tick().until(dut.groups == g + 1)
+            cycles.append(ctx.get(dut.group_cycles))
+
+    async def sink(ctx):
+        ctx.set(dut.y.ready, 1)
+        for _ in range(G * B):
+            (bit,) = await ctx.tick().sample(dut.y.p.user.replay).until(dut.y.valid)
+            replay.append(int(bit))
+
+    sim.add_testbench(host)
+    sim.add_testbench(sink)
+    sim.run_until(1e-8 * (len(words) + G * 1500))
+    assert len(cycles) == G, f"{len(cycles)} of {G} groups finished"
+    return cycles, np.array(replay).reshape(G, B), want
+
+
+@pytest.fixture(scope="module")
+def rtl_cycles():
+    """DRS and static runs of every replay mask, measured on the RTL (about 40 s)."""
+    out = {}
+    for mode in ("drs", "static"):
+        cycles, replay, want = measure(SIM_CFG, static=(mode == "static"))
+        np.testing.assert_array_equal(replay, want, err_msg=f"{mode}: replay bits differ from the plan")
+        out[mode] = cycles
+    return out, want
+
+
+@pytest.mark.parametrize("mode", ["drs", "static"])
+def test_cycle_model_against_rtl_on_every_mask(rtl_cycles, mode):
+    """Every one of the 16 masks of four rows, and dense groups: the model within 2 % of the RTL."""
+    measured, masks = rtl_cycles
+    for g, (m, rtl) in enumerate(zip(masks, measured[mode], strict=True)):
+        model = group_cycles(SIM_CFG, m, static=(mode == "static"))
+        assert abs(model - rtl) <= MODEL_TOLERANCE * rtl, \
+            f"{mode}, group {g}, mask {m.tolist()}: RTL {rtl} cycles, model {model}"
+    # Not a flat line: a group with one computed row is far shorter than a dense one.
+    one_row = MASKS.index((0, 1, 1, 1)) + SIM_CFG.tokens_per_frame
+    assert measured[mode][one_row] < 0.75 * measured[mode][0]
+
+
+def test_bench_model_check_on_measured_cycles(rtl_cycles):
+    """``tb.bench.model_check`` accepts the RTL's counts and stops on one 3 % off group."""
+    measured, masks = rtl_cycles
+    groups = list(range(len(masks)))
+    modes = {m: {"cycles": c} for m, c in measured.items()}
+    check = model_check(SIM_CFG, masks, modes, groups, where="sim")
+    assert check["drs"]["rtl_total"] == sum(measured["drs"])
+    assert check["drs"]["worst_error"] <= MODEL_TOLERANCE
+    bad = {m: {"cycles": list(c)} for m, c in measured.items()}
+    bad["static"]["cycles"][1] = round(bad["static"]["cycles"][1] * 1.03)
+    with pytest.raises(SystemExit, match=r"static: the cycle model is off by .* on group 1 \(RTL"):
+        model_check(SIM_CFG, masks, bad, groups, where="sim")
+
+
+# ---------------------------------------------------------------------------------------------
+# Real units and the clock
+# ---------------------------------------------------------------------------------------------
+
+def write_json(path: Path, obj) -> Path:
+    path.write_text(json.dumps(obj))
+    return path
+
+
+def test_real_units_arithmetic():
+    cfg = DEFAULT_ACCEL
+    clock = pj.assumed_clock(100.0)
+    u = pj.real_units(cfg, 100e6, clock, frames=8, computed_rows=10, dense_rows=40, videos=2)
+    assert u["ms_per_video"] == pytest.approx(1000.0) and u["ms_per_frame"] == pytest.approx(125.0)
+    assert u["ms_per_video_amortised"] == pytest.approx(500.0)
+    assert cfg.macs == 2 * 3 * 4 * 4
+    assert u["peak_gops"] == pytest.approx(2 * 96 * 100e6 / 1e9)
+    macs = 10 * 3 * cfg.d_model * cfg.d_ff
+    assert u["achieved_gops"] == pytest.approx(2 * macs / 1.0 / 1e9)
+    assert u["dense_equivalent_gops"] == pytest.approx(4 * u["achieved_gops"])
+
+
+def test_clock_is_labelled_by_where_it_comes_from(tmp_path):
+    tile = {"tile": {"rows": 4, "cols": 4, "k_dim": 96, "n_dim": 256}, "fmax_mhz": 81.17,
+            "timing_met": False, "constraint_mhz": 150.01}
+    c = pj.clock_from_synth(write_json(tmp_path / "t.json", tile))
+    assert c.measured and c.mhz == 81.17 and "one GEMM tile only" in c.source and "not met" in c.source
+    accel = {"accel": DEFAULT_ACCEL.to_dict(), "fmax_mhz": 50}
+    c = pj.clock_from_synth(write_json(tmp_path / "a.json", accel))
+    assert c.measured and "the whole accelerator" in c.source
+    a = pj.assumed_clock(100)
+    assert not a.measured and a.source.startswith("assumed")
+    # An assumed clock wins over the report, which is still read for reference.
+    clock, measured = pj.pick_clock(tmp_path / "t.json", 100.0, DEFAULT_ACCEL)
+    assert not clock.measured and measured.mhz == 81.17
+
+
+@pytest.mark.parametrize("content,message", [
+    ({"tile": {}}, "field 'fmax_mhz' is missing"),
+    ({"tile": {}, "fmax_mhz": "fast"}, "field 'fmax_mhz': expected a positive number"),
+    ({"fmax_mhz": 80.0}, "field 'accel' or 'tile' is missing"),
+    ({"accel": {**DEFAULT_ACCEL.to_dict(), "cores": 1}, "fmax_mhz": 80.0}, "field 'accel' is another"),
+    ("{not json", "not valid JSON"),
+])
+def test_bad_synth_reports(tmp_path, content, message):
+    path = tmp_path / "report.json"
+    path.write_text(content if isinstance(content, str) else json.dumps(content))
+    with pytest.raises(pj.ProjectionError, match=message) as err:
+        pj.clock_from_synth(path)
+    assert str(err.value).startswith(str(path)) and "\n" not in str(err.value)
+
+
+def test_no_clock_at_all(tmp_path):
+    with pytest.raises(pj.ProjectionError, match="no such synthesis report"):
+        pj.pick_clock(tmp_path / "missing.json", None, DEFAULT_ACCEL)
+
+
+def test_bad_bench_report_names_the_field(tmp_path):
+    good = {"tau": -1.5, "groups": 256, "rows": 1024, "replay_ratio": 0.8, "cycles_dense": 10,
+            "cycles_fastcar": 5, "cycles_static": 6}
+    points, note = pj.load_bench(write_json(tmp_path / "ok.json", {"points": [good]}))
+    assert points == [good] and "does not record its configuration" in note
+    points, note = pj.load_bench(write_json(tmp_path / "ok.json", {"accel": DEFAULT_ACCEL.to_dict(),
+                                                                   "points": [good]}))
+    assert "measured on the current configuration" in note
+    other = {"accel": {**DEFAULT_ACCEL.to_dict(), "chunks": 4}, "points": [good]}
+    with pytest.raises(pj.ProjectionError, match="field 'accel': the cycles were measured on another"):
+        pj.load_bench(write_json(tmp_path / "other.json", other))
+    for field, value in (("cycles_fastcar", "many"), ("replay_ratio", 1.5), ("groups", 0)):
+        path = write_json(tmp_path / "b.json", {"points": [good, {**good, field: value}]})
+        with pytest.raises(pj.ProjectionError, match=rf"field 'points\[1\]\.{field}'"):
+            pj.load_bench(path)
+    with pytest.raises(pj.ProjectionError, match="field 'points'"):
+        pj.load_bench(write_json(tmp_path / "c.json", {"points": []}))
+
+
+def test_bench_point_extrapolates_to_the_whole_video():
+    p = {"tau": -1.5, "groups": 256, "rows": 1024, "replay_ratio": 0.75, "cycles_dense": 800_000,
+         "cycles_fastcar": 200_000, "cycles_static": 250_000}
+    u = pj.bench_point_units(DEFAULT_ACCEL, p, pj.assumed_clock(80.0), frames=8)
+    assert u["extrapolation"] == 8            # 8 frames x 64 positions x 4 layers / 256 groups
+    assert u["fastcar"]["cycles"] == 1_600_000
+    assert u["fastcar"]["ms_per_frame"] == pytest.approx(1.6e6 / 80e6 / 8 * 1e3)
+    assert u["speedup"] == 4
+
+
+# ---------------------------------------------------------------------------------------------
+# Groups in which every row replays
+# ---------------------------------------------------------------------------------------------
+
+def test_all_replay_fraction_and_the_independence_model():
+    replay = np.array([[1, 1, 1, 1], [1, 0, 1, 1], [1, 1, 0, 0], [0, 0, 0, 0]])
+    assert pj.all_replay_fraction(replay, (0,)) == 0.75
+    assert pj.all_replay_fraction(replay, (0, 2)) == 0.5
+    assert pj.all_replay_fraction(replay, (0, 1, 2, 3)) == 0.25
+    assert pj.cfg_pairs(4) == [(0, 2), (1, 3)] and len(pj.row_subsets(4, 2)) == 6
+    layer, frame = np.zeros(4, int), np.array([1, 1, 1, 0])
+    # Frame 1: p = 9/12; frame 0: p = 0. Groups of B independent rows: (3/4 * 0.75 ** B).
+    for B in (1, 2, 8):
+        assert pj.independent_all_replay(replay, layer, frame, B) == pytest.approx(0.75 * 0.75 ** B)
+    masks, probs = pj.binomial_masks(4, 0.3)
+    assert sum(probs) == pytest.approx(1)
+    assert masks[-1] == (1, 1, 1, 1) and probs[-1] == pytest.approx(0.3 ** 4)
+
+
+def test_replay_vs_batch_on_the_shipped_trace():
+    tr = pj._trace(REPO / "golden" / "fastcar")
+    rb = pj.replay_vs_batch(tr.replay, tr.group_layer, tr.group_frame)
+    measured = {(m["batch"], m["subsets"]): m["fraction"] for m in rb["measured"]}
+    assert measured[(1, "all")] == pytest.approx(tr.replay.mean())
+    # Requiring more rows to replay can only lower the fraction.
+    assert measured[(1, "all")] >= measured[(2, "all")] >= measured[(4, "all")]
+    fr = [m["fraction"] for m in rb["independent"]]
+    assert all(a >= b for a, b in zip(fr, fr[1:], strict=False))
+
+
+# ---------------------------------------------------------------------------------------------
+# Projection to VILA-U-7B
+# ---------------------------------------------------------------------------------------------
+
+def test_projected_design_fits_and_streams_the_weights():
+    cfg = pj.projected_accel(2)
+    assert pj.mlp_weight_bytes(cfg) == 3 * 4096 * 11008 == 135_266_304
+    assert cfg.macs == 6144 <= pj.ALVEO_U280.dsp
+    f = pj.ALVEO_U280
+    dense = pj.group_time(cfg, f, f.clock_mhz, (0, 0))
+    one = pj.group_time(cfg, f, f.clock_mhz, (0, 1))
+    none = pj.group_time(cfg, f, f.clock_mhz, (1, 1))
+    assert dense["bound"] == "bandwidth" and one["bound"] == "bandwidth"
+    assert dense["weights"] == pytest.approx((135_266_304 + 2 * 4096) / (460e9 / 300e6))
+    # Replaying one of two rows saves compute but not weight traffic, so hardly any time.
+    assert one["bytes"] == dense["bytes"] and one["cycles"] > 0.95 * dense["cycles"]
+    # Replaying both skips the weights: only the front end and the replay cache remain.
+    assert none["bytes"] == 2 * 4096 and none["cycles"] < 0.01 * dense["cycles"]
+    big = pj.group_time(pj.projected_accel(16), f, f.clock_mhz, (0,) * 16)
+    assert big["bound"] == "compute"
+
+
+def test_bandwidth_bound_speedup_follows_the_all_replay_fraction():
+    """B = 2, bandwidth-bound: the speed-up is about 1 / (1 - all-replay), not 1 / (1 - r)."""
+    rng = np.random.default_rng(1)
+    masks = rng.integers(0, 2, (400, 2))
+    masks[:200] = 1                                   # half the groups replay entirely
+    p = pj.project_video(pj.VILA_U_7B, pj.ALVEO_U280, 300.0, {0: masks}, 2)
+    all_rep = (masks == 1).all(axis=1).mean()
+    assert p["mlp_speedup"] == pytest.approx(1 / (1 - all_rep), rel=0.03)
+    assert p["mlp_speedup"] < p["ideal_compute_bound"]
+
+
+def test_energy_model_counts_what_replay_skips():
+    cfg = pj.projected_accel(2)
+    dense = pj.group_energy_pj(cfg, 2, 2, weights_in_dram=True)
+    fast = pj.group_energy_pj(cfg, 0, 2, weights_in_dram=True)
+    assert fast["mac"] == 0 and fast["tas"] == dense["tas"]
+    assert dense["mac"] == pytest.approx(2 * 135_266_304 * (0.2 + 0.1))
+    s_dense = pj.energy_summary(cfg, 10, 2, 2.0, 0.0, weights_in_dram=True, dram_pj_64bit=1300)
+    s_half = pj.energy_summary(cfg, 10, 2, 1.0, 0.5, weights_in_dram=True, dram_pj_64bit=1300)
+    stream = s_dense["components_j"]["weight_stream"]
+    assert stream == pytest.approx(10 * 135_266_304 * (1300 + 10) / 8 * 1e-12)
+    assert s_half["components_j"]["weight_stream"] == pytest.approx(stream / 2)
+    assert s_half["dense_equivalent_gops_per_watt"] > s_dense["gops_per_watt"]
+
+
+def test_model_sizes_agree_with_the_report():
+    from sw.report import VILA_U_7B
+
+    for k in ("d_model", "d_ff", "tokens_per_frame", "frames", "prompt_len"):
+        assert pj.VILA_U_7B[k] == VILA_U_7B[k], k
+    assert pj.VILA_U_7B["layers"] == VILA_U_7B["n_layers"]
+
+
+# ---------------------------------------------------------------------------------------------
+# The command line
+# ---------------------------------------------------------------------------------------------
+
+def test_cli_writes_refuses_and_names_bad_input(tmp_path, capsys):
+    synth = write_json(tmp_path / "synth.json", {"tile": {"rows": 4}, "fmax_mhz": 80.0, "timing_met": False})
+    good = {"tau": -1.5, "groups": 256, "rows": 1024, "replay_ratio": 0.797, "cycles_dense": 863_488,
+            "cycles_fastcar": 204_981, "cycles_static": 253_276}
+    bench = write_json(tmp_path / "bench.json", {"points": [good]})
+    out = tmp_path / "proj"
+    args = ["--bench", str(bench), "--synth", str(synth), "--out", str(out)]
+    assert pj.main(args) == 0
+    assert {p.name for p in out.iterdir()} == {"report.json", "report.md", "all_replay.png"}
+    rep = json.loads((out / "report.json").read_text())
+    assert rep["clock"]["measured"] and rep["clock"]["mhz"] == 80.0
+    assert "python -m sw.projection --bench" in (out / "report.md").read_text()
+    (out / "report.md").write_text("mine")
+    assert pj.main(args) == 1
+    assert "already exists; pass --force" in capsys.readouterr().err
+    assert (out / "report.md").read_text() == "mine"
+    write_json(bench, {"points": [{"tau": -1.5}]})
+    assert pj.main([*args, "--force"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"sw.projection: {bench}: field 'points[0].groups' is missing"
+    assert (out / "report.md").read_text() == "mine"     # a failed run leaves the old report
+    write_json(bench, {"points": [good]})
+    assert pj.main(["--bench", str(bench), "--synth", str(tmp_path / "none.json"), "--assume-mhz", "50",
+                    "--out", str(out), "--force"]) == 0
+    rep = json.loads((out / "report.json").read_text())
+    assert not rep["clock"]["measured"] and rep["clock"]["mhz"] == 50.0
