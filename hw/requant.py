@@ -39,16 +39,32 @@ def round_shift(m, p, shift):
 
 
 def saturate(m, q, up):
-    """Return ``saturate_int8(q + up)`` (:func:`sw.quant.saturate_int8`)."""
-    r = Signal(signed(len(q) + 1), name="rounded")
-    m.d.comb += r.eq(q + up)
+    """Return ``saturate_int8(q + up)`` (:func:`sw.quant.saturate_int8`) for ``up`` in {0, 1}.
+
+    Decided on ``q``'s bits instead of a full-width add and compare (shorter logic): ``q + up``
+    is above 127 when ``q`` is non-negative with a bit above bit 6 set, or ``q = 127`` and
+    ``up``; when ``q`` is below -128 (negative with a 0 above bit 6) the result is -128 whatever
+    ``up`` is. Otherwise it is ``q[:8] + up`` in 8 bits.
+    """
+    assert len(q) > 8, "saturate() expects a value wider than int8"
+    sign = q[-1]
+    upper = q[7:]
+    all_zero = ~upper.any()
+    all_ones = upper.all()
+    low8 = q[:8]
+    hi = Signal(name="sat_hi")
+    lo = Signal(name="sat_lo")
+    m.d.comb += [
+        hi.eq((~sign & ~all_zero) | (all_zero & (low8 == 0x7F) & up)),
+        lo.eq(sign & ~all_ones),
+    ]
     y = Signal(signed(8), name="sat")
-    with m.If(r > quant.INT8_MAX):
+    with m.If(hi):
         m.d.comb += y.eq(quant.INT8_MAX)
-    with m.Elif(r < quant.INT8_MIN):
+    with m.Elif(lo):
         m.d.comb += y.eq(quant.INT8_MIN)
     with m.Else():
-        m.d.comb += y.eq(r)
+        m.d.comb += y.eq(low8 + up)
     return y
 
 

@@ -4,6 +4,7 @@ from amaranth import *
 from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from hw.mult18 import Mult18
 from hw.requant import round_shift, saturate
 from hw.silu_lut import lut_address
 from hw.widths import index_bits
@@ -37,10 +38,12 @@ class SwigluGate(wiring.Component):
     """Takes a row of ``gate`` and ``up`` codes (``width`` each) and returns
     ``h = requantize(lut[gate + 128] * up, mult_h, shift_h)`` as in :func:`sw.quant.swiglu_int8`.
 
-    The row is held and processed ``lanes`` elements per cycle (one SiLU table copy per lane, a
-    16-bit product, the shared rounding and saturation of ``hw/requant.py``), so a row takes
-    ``width / lanes + 2`` cycles. ``params`` and ``lut`` are configuration, loaded beforehand, one
-    set per layer; each row names its layer.
+    The row is held and processed ``lanes`` elements per cycle through a pipeline per lane: the
+    SiLU table read (one table copy per lane), ``silu * up`` and ``* mult_h`` in two registered
+    DSP multipliers (:class:`hw.mult18.Mult18`), the rounding shift of ``hw/requant.py``
+    registered, then saturation into the held result; a row takes
+    ``width / lanes + PIPELINE + 2`` cycles. ``params`` and ``lut`` are configuration, loaded
+    beforehand, one set per layer; each row names its layer.
 
     Parameters
     ----------
@@ -72,6 +75,9 @@ class SwigluGate(wiring.Component):
             "params": In(data.ArrayLayout(h_params_layout(), layers)),
         })
 
+    #: Cycles from issuing an element's table read to storing its result.
+    PIPELINE = 1 + 2 * Mult18.latency + 1
+
     def elaborate(self, platform):
         m = Module()
         W, P = self._width, self._lanes
@@ -81,34 +87,44 @@ class SwigluGate(wiring.Component):
         m.d.comb += par.eq(self.params[row.layer])
         h = Signal(data.ArrayLayout(signed(8), W))
         c_rd = Signal(range(chunks + 1))    # chunk whose table read is issued
-        c_wr = Signal(range(chunks + 1))    # chunk whose result is stored (one cycle behind)
-        wr_valid = Signal()
+        issue = Signal()
+        # (valid, chunk) of every issued read, delayed to the cycle its result is stored.
+        pipe = [(Signal(name=f"pipe_v{d}"), Signal(range(chunks + 1), name=f"pipe_c{d}"))
+                for d in range(self.PIPELINE)]
+        m.d.sync += [pipe[0][0].eq(issue), pipe[0][1].eq(c_rd)]
+        for d in range(1, self.PIPELINE):
+            m.d.sync += [pipe[d][0].eq(pipe[d - 1][0]), pipe[d][1].eq(pipe[d - 1][1])]
+        wr_valid, c_wr = pipe[-1]
+        busy = Signal()
+        m.d.comb += busy.eq(Cat(v for v, _ in pipe).any())
 
-        up_d = Signal(data.ArrayLayout(signed(8), P))
         for lane in range(P):
             mem = memory.Memory(shape=signed(8), depth=quant.LUT_SIZE * self._layers, init=[])
             m.submodules[f"lut_{lane}"] = mem
             wp = mem.write_port()
             rp = mem.read_port(domain="sync")
             g = Signal(signed(8), name=f"g_{lane}")
+            up_d = Signal(signed(8), name=f"up_d_{lane}")
             with m.Switch(c_rd):
                 for c in range(chunks):
                     with m.Case(c):
                         m.d.comb += g.eq(row.gate[c * P + lane])
-                        m.d.sync += up_d[lane].eq(row.up[c * P + lane])
+                        m.d.sync += up_d.eq(row.up[c * P + lane])
             m.d.comb += [
                 wp.en.eq(self.lut.valid), wp.data.eq(self.lut.p.value),
                 wp.addr.eq(self.lut.p.layer * quant.LUT_SIZE + self.lut.p.addr),
                 rp.addr.eq(row.layer * quant.LUT_SIZE + lut_address(g)), rp.en.eq(1),
             ]
-            prod = Signal(signed(16), name=f"prod_{lane}")
-            m.d.comb += prod.eq(rp.data * up_d[lane])
-            acc = Signal(signed(quant.ACC_BITS), name=f"acc_{lane}")
-            m.d.comb += acc.eq(prod)
-            p = Signal(signed(quant.PRODUCT_BITS), name=f"p_{lane}")
-            m.d.comb += p.eq(acc * par.mult)
-            q, up = round_shift(m, p, par.shift)
-            y = saturate(m, q, up)
+            # silu * up (16 bits), then * mult_h; both multiplies registered in and out.
+            m.submodules[f"mul_act_{lane}"] = mul_act = Mult18(8, 8)
+            m.submodules[f"mul_h_{lane}"] = mul_h = Mult18(16, quant.MULT_BITS + 1)
+            m.d.comb += [mul_act.a.eq(rp.data), mul_act.b.eq(up_d),
+                         mul_h.a.eq(mul_act.p), mul_h.b.eq(par.mult)]
+            q, up = round_shift(m, mul_h.p, par.shift)
+            q_r = Signal.like(q, name=f"q_r_{lane}")
+            up_r = Signal(name=f"up_r_{lane}")
+            m.d.sync += [q_r.eq(q), up_r.eq(up)]
+            y = saturate(m, q_r, up_r)
             with m.If(wr_valid):
                 with m.Switch(c_wr):
                     for c in range(chunks):
@@ -120,15 +136,17 @@ class SwigluGate(wiring.Component):
             with m.State("IDLE"):
                 m.d.comb += self.i.ready.eq(1)
                 with m.If(self.i.valid):
-                    m.d.sync += [row.eq(self.i.p), c_rd.eq(0), wr_valid.eq(0)]
+                    m.d.sync += [row.eq(self.i.p), c_rd.eq(0)]
                     m.next = "RUN"
             with m.State("RUN"):
-                m.d.sync += [c_wr.eq(c_rd), wr_valid.eq(c_rd < chunks), c_rd.eq(c_rd + 1)]
-                with m.If(c_rd == chunks):
+                m.d.comb += issue.eq(1)
+                m.d.sync += c_rd.eq(c_rd + 1)
+                with m.If(c_rd == chunks - 1):
                     m.next = "DRAIN"
             with m.State("DRAIN"):
-                m.d.sync += [wr_valid.eq(0), self.o.valid.eq(1)]
-                m.next = "OUT"
+                with m.If(~busy & ~wr_valid):
+                    m.d.sync += self.o.valid.eq(1)
+                    m.next = "OUT"
             with m.State("OUT"):
                 with m.If(self.o.ready):
                     m.d.sync += self.o.valid.eq(0)

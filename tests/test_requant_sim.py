@@ -20,6 +20,10 @@ def directed_cases():
             for a in (acc, acc * (1 << shift) + half, acc * (1 << shift) - half):
                 if quant.ACC_MIN <= a <= quant.ACC_MAX:
                     cases.append((a, 1, shift))
+    # Rounding next to the int8 bounds: x.5 ties at -129.5 ... 128.5 (shift 1), also scaled up.
+    for shift in (1, 3, 20):
+        for v2 in [*range(-261, -250), *range(250, 261)]:
+            cases.append((v2 << (shift - 1), 1, shift))
     for acc in (quant.ACC_MIN, quant.ACC_MAX, -129, -128, 127, 128):
         for mult in (0, 1, quant.MULT_MAX):
             for shift in (0, 8, 40, 63):
