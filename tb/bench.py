@@ -120,7 +120,10 @@ def point(tau: float, trace: Path, rep: dict) -> dict:
     check = model_check(cfg, mask, m, groups, where=f"tau {tau}")
     worst = max(c["worst_error"] for c in check.values())
     macs = computed * 3 * cfg.d_model * cfg.d_ff
-    return {"tau": tau, "trace": str(trace), "groups": len(groups), "rows": rows,
+    busy = m["drs"]["core_busy"]
+    return {"drs_balance": max(busy) / (sum(busy) / len(busy)) - 1, "drs_core_busy": busy,
+            "losses": losses(cfg, mask, fast, macs),
+            "tau": tau, "trace": str(trace), "groups": len(groups), "rows": rows,
             "replay_ratio": float(mask.mean()), "cycles_dense": dense, "cycles_fastcar": fast,
             "cycles_static": static, "speedup": dense / fast, "ideal": rows / max(computed, 1),
             "fraction_of_ideal": dense / fast / (rows / max(computed, 1)),
@@ -128,6 +131,33 @@ def point(tau: float, trace: Path, rep: dict) -> dict:
             "cycle_model_worst_error": worst,
             **{f"model_cycles_{MODE_KEYS[k]}": c["model_total"] for k, c in check.items()},
             "cycle_model": check}
+
+
+def losses(cfg, mask, fast: int, macs: int) -> dict:
+    """Where the FastCar cycles beyond pure computation go (from the cycle model, which the RTL
+    matches within ``model_check``'s tolerance).
+
+    ``compute`` is MACs / MAC units: the cycles if every multiplier worked every cycle.
+    ``all_replayed_groups`` are groups in which no row computes (front end and cache reads only).
+    ``group_fill_drain`` is the rest of the computed groups' cycles: the front end before the first
+    chunk, the down projection of the last chunks after the gate/up tiles are done (``T`` per
+    group), the reducer and the fixed tail; a group is one layer of one decode step and the next
+    one needs this one's output, so groups cannot overlap. ``fragmentation`` would be cycles in
+    which one core idles while the other computes because a row's chunks do not split evenly;
+    ``weight_loading`` is 0 because the weights stay on chip.
+    """
+    from sw.perfmodel import trace_cycles
+
+    per_group = trace_cycles(cfg, mask)
+    none_computed = mask.all(axis=1)
+    compute = macs / cfg.macs
+    replayed = int(per_group[none_computed].sum())
+    chunks = int((1 - mask).sum()) * cfg.chunks
+    frag = (chunks % cfg.cores) * cfg.gate_tile.cycles(1) if cfg.chunks % cfg.cores else 0
+    return {"compute": compute, "all_replayed_groups": replayed,
+            "group_fill_drain": int(per_group[~none_computed].sum()) - compute - frag,
+            "fragmentation": frag, "weight_loading": 0, "measured_total": fast,
+            "model_total": int(per_group.sum())}
 
 
 def write(points, out: Path) -> None:
@@ -142,6 +172,16 @@ def write(points, out: Path) -> None:
                      f"| {p['ideal']:.2f}x | {p['fraction_of_ideal']:.2f} | {p['mac_utilization']:.2f} "
                      f"| {p['drs_gain']:.3f} | {p['model_cycles_fastcar']:,} "
                      f"| {p['cycle_model_worst_error']:.2%} |")
+    lines += ["", "Where the FastCar+DRS cycles go (cycle model; `compute` = MACs / MAC units), and how "
+              "evenly DRS kept the two cores busy (busiest core / mean - 1):", "",
+              "| tau | compute | all-replayed groups | group fill/drain | fragmentation | weight loading "
+              "| DRS imbalance |", "|---|---|---|---|---|---|---|"]
+    for p in points:
+        los, tot = p["losses"], p["losses"]["model_total"]
+        lines.append(f"| {p['tau']} | " + " | ".join(
+            f"{los[k]:,.0f} ({los[k] / tot:.0%})" for k in
+            ("compute", "all_replayed_groups", "group_fill_drain", "fragmentation", "weight_loading"))
+            + f" | {p['drs_balance']:.1%} |")
     table = "\n".join(lines) + "\n"
     import matplotlib
 
