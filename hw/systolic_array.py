@@ -57,7 +57,7 @@ class SystolicArray(wiring.Component):
     the columns, and a column accumulator at the bottom adds up the ``k_tiles`` slices of one output
     channel. One beat per cycle, so for ``B`` rows::
 
-        cycles = B * (K / rows) * (N / cols) + latency        (latency = rows + cols + 3)
+        cycles = B * (K / rows) * (N / cols) + latency        (latency = rows + cols + 4)
 
     Every PE does a useful MAC in every issue cycle, whatever ``B`` is: the time falls in proportion
     to the number of rows that are really computed, which is what FastCar's replay needs. A
@@ -104,10 +104,13 @@ class SystolicArray(wiring.Component):
     def cfg(self):
         return self._cfg
 
+    #: The beat's register before the skew (address computed there).
+    ISSUE_CYCLES = 1
+
     @property
     def latency(self):
         """Cycles from an issue beat of slice ``kt = k_tiles - 1`` to its result on ``o``."""
-        return self._cfg.rows + self._cfg.cols + ProcessingElement.latency
+        return self._cfg.rows + self._cfg.cols + ProcessingElement.latency + self.ISSUE_CYCLES
 
     def elaborate(self, platform):
         m = Module()
@@ -131,12 +134,16 @@ class SystolicArray(wiring.Component):
 
     def _lane(self, m, pes, lane, aw, R, C, KT, NT):
         i, o = self.i[lane], self.o[lane]
-        # Weight address of the beat: word (bank * n_tiles + nt) * k_tiles + kt.
+        # Weight address of the beat: word (bank * n_tiles + nt) * k_tiles + kt, registered with
+        # the beat (its adders stay out of the block RAM's address path).
         addr = Signal(aw, name=f"addr_l{lane}")
-        m.d.comb += addr.eq(mul_const(mul_const(i.p.bank, NT) + i.p.nt, KT) + i.p.kt)
+        xin = Signal(data.ArrayLayout(signed(8), R), name=f"x_l{lane}")
+        vin = Signal(name=f"v_l{lane}")
+        m.d.sync += [addr.eq(mul_const(mul_const(i.p.bank, NT) + i.p.nt, KT) + i.p.kt),
+                     xin.eq(i.p.x), vin.eq(i.valid)]
         # Input skew: row r sees the beat r cycles late.
         for r in range(R):
-            x, a, v = i.p.x[r], addr, i.valid
+            x, a, v = xin[r], addr, vin
             for d in range(r):
                 xd = Signal(signed(8), name=f"skew_x_l{lane}_{r}_{d}")
                 ad = Signal(aw, name=f"skew_a_l{lane}_{r}_{d}")
@@ -154,7 +161,7 @@ class SystolicArray(wiring.Component):
             for c in range(C):
                 m.d.comb += pes[r][c].s_i[lane].eq(0 if r == 0 else pes[r - 1][c].s_o[lane])
         # Control (valid, first/last slice, nt, bank) reaches the bottom of column c at
-        # t0 + R + PE.latency + c, together with the partial sum of the beat issued at t0 (see
+        # t0 + ISSUE_CYCLES + R + PE.latency + c, together with the partial sum of the beat issued at t0 (see
         # hw/pe.py).
         ctrl_layout = data.StructLayout({"v": 1, "first": 1, "last": 1, "nt": len(i.p.nt),
                                          "bank": len(i.p.bank)})
@@ -167,7 +174,7 @@ class SystolicArray(wiring.Component):
             ctrl.bank.eq(i.p.bank),
         ]
         col_ctrl = []
-        pl = ProcessingElement.latency
+        pl = ProcessingElement.latency + self.ISSUE_CYCLES
         for d in range(R + pl + C - 1):
             nxt = Signal(ctrl_layout, name=f"ctrl_l{lane}_d{d + 1}")
             m.d.sync += nxt.eq(ctrl)
@@ -176,7 +183,7 @@ class SystolicArray(wiring.Component):
                 col_ctrl.append(ctrl)
         assert len(col_ctrl) == C
         # Column accumulators, then de-skew so that all columns leave together.
-        # Column c finishes at t0 + R + PE.latency + 1 + c and waits C - 1 - c cycles.
+        # Column c finishes at t0 + ISSUE_CYCLES + R + PE.latency + 1 + c and waits C - 1 - c cycles.
         for c in range(C):
             cc = col_ctrl[c]
             acc = Signal(signed(quant.ACC_BITS), name=f"acc_l{lane}_{c}")

@@ -32,7 +32,7 @@ __all__ = ["group_cycles", "trace_cycles", "t_row", "chunk_cycles", "TAIL", "ALL
 
 #: Pipeline cycles not covered by ``2 T`` and the reducer's slices: array fill and drain, the
 #: gating stage, requantiser, row assembly, reorder buffer and output (measured).
-TAIL = 42
+TAIL = 44
 #: Cycles after the last row's decision when no row computes (cache read, reorder buffer, output).
 ALL_REPLAYED_TAIL = 2
 
