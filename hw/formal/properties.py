@@ -1,0 +1,140 @@
+"""The formal properties of the project, each on a small but representative parameterisation.
+
+A :class:`Property` names the block it checks (source file and class) and builds its property
+wrapper from that class, so that a failing twin test can build the same wrapper around a copy of
+the block with a planted bug. ``tests/formal/test_properties.py`` runs them all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from amaranth.hdl import unsigned
+
+from hw.formal.accelerator import assume_groups
+from hw.formal.accumulators import PartialSumWidth
+from hw.formal.dispatcher import DispatcherWork
+from hw.formal.handshake import StreamHandshake
+from hw.formal.packet_arbiter import PacketArbiterMerge
+from hw.formal.reorder_buffer import ReorderBufferOrder
+from hw.formal.replay_cache import ReplayCacheMemory
+
+__all__ = ["Property", "PROPERTIES", "TINY_ACCEL", "by_name"]
+
+
+def _tiny_accel():
+    from sw.config import AccelConfig
+
+    # The smallest accelerator that still has two cores, two chunks per row, two rows per group
+    # and the whole dataflow (TAS, cache, dispatcher, cores, arbiter, reducer, reorder buffer).
+    return AccelConfig(d_model=2, d_ff=4, layers=1, tokens_per_frame=1, batch=2, rows=1, cols=1,
+                       cores=2, chunks=2, gate_lanes=1, tas_lanes=2)
+
+
+TINY_ACCEL = _tiny_accel()
+
+
+@dataclass(frozen=True)
+class Property:
+    """One SymbiYosys task.
+
+    Attributes
+    ----------
+    name : str
+        Task name (``build/formal/<name>/``).
+    what : str
+        The property in one line.
+    source, member : str
+        The block's source file and the name (class or function) that :attr:`build` takes.
+    build : callable
+        ``build(member) -> wrapper``.
+    mode : str
+        ``"prove"`` (k-induction) or ``"bmc"``.
+    depth : int
+        Induction length or BMC depth.
+    holds : bool
+        Whether the design satisfies it (``False`` records a known violation of the RTL).
+    deep : int or None
+        A longer BMC depth for the deep run (``FASTCAR_FORMAL_DEEP=1``).
+    """
+
+    name: str
+    what: str
+    source: str
+    member: str
+    build: Callable
+    mode: str
+    depth: int
+    holds: bool = True
+    deep: int | None = None
+
+    def wrapper(self, member=None):
+        """The property wrapper around the real block, or around ``member`` (a planted-bug copy)."""
+        if member is None:
+            import importlib
+
+            module = importlib.import_module(self.source.removesuffix(".py").replace("/", "."))
+            member = getattr(module, self.member)
+        return self.build(member)
+
+
+def _dispatcher(cls):
+    return cls(2, layers=2, chunks=3, cores=3, tag_bits=2)
+
+
+def _arbiter(cls):
+    from amaranth.lib import data
+
+    return cls(data.StructLayout({"data": 2, "last": 1}), 3)
+
+
+PROPERTIES = [
+    # --- stream handshake (valid held with a stable payload until ready) ----------------------
+    Property("handshake_dispatcher", "dispatcher o[0..2]: valid and payload held until ready "
+             "(static constant, either mode)", "hw/dispatcher.py", "Dispatcher",
+             lambda cls: StreamHandshake(_dispatcher(cls), inputs=["i"], outputs=["o"],
+                                         constants=["static"]), "prove", 4),
+    Property("handshake_reorder_buffer", "reorder buffer o: valid and payload held until ready",
+             "hw/reorder_buffer.py", "ReorderBuffer",
+             lambda cls: StreamHandshake(cls(unsigned(4), 4), inputs=["i"], outputs=["o"]),
+             "prove", 4),
+    Property("handshake_replay_cache", "replay cache read data o: valid and payload held until ready",
+             "hw/replay_cache.py", "ReplayCache",
+             lambda cls: StreamHandshake(cls(1, 3, 3, 2), inputs=["i"], outputs=["o"]), "prove", 4),
+    Property("handshake_packet_arbiter", "packet arbiter o: valid and payload held until ready",
+             "hw/packet_arbiter.py", "PacketArbiter",
+             lambda cls: StreamHandshake(_arbiter(cls), inputs=["i"], outputs=["o"]), "prove", 4,
+             holds=False),
+    Property("handshake_accelerator", "accelerator y (tiny config): valid and payload held until "
+             "ready, with the host's group contract", "hw/accelerator.py", "Accelerator",
+             lambda cls: StreamHandshake(cls(TINY_ACCEL), inputs=["x"], outputs=["y"],
+                                         assume=assume_groups), "bmc", 32, deep=60),
+    # --- work conservation, order, memory -----------------------------------------------------
+    Property("dispatcher_drs", "DRS: every row's chunks dispatched exactly once, in order, no idling",
+             "hw/dispatcher.py", "Dispatcher",
+             lambda cls: DispatcherWork(static=False, dut_class=cls), "prove", 8),
+    Property("dispatcher_static", "static: every row's chunks exactly once, on core tag mod cores",
+             "hw/dispatcher.py", "Dispatcher",
+             lambda cls: DispatcherWork(static=True, dut_class=cls), "prove", 8),
+    Property("reorder_buffer_order", "reorder buffer: emits in sequence order, no gaps, no duplicates",
+             "hw/reorder_buffer.py", "ReorderBuffer",
+             lambda cls: ReorderBufferOrder(dut_class=cls), "prove", 8),
+    Property("replay_cache_memory", "replay cache: addresses in range; each entry reads back its "
+             "last write", "hw/replay_cache.py", "ReplayCache",
+             lambda cls: ReplayCacheMemory(dut_class=cls), "bmc", 24),
+    Property("packet_arbiter_merge", "packet arbiter: one beat in per beat out, payload unchanged, "
+             "packets not interleaved, valid held", "hw/packet_arbiter.py", "PacketArbiter",
+             lambda cls: PacketArbiterMerge(dut_class=cls), "prove", 4),
+    # --- widths --------------------------------------------------------------------------------
+    Property("partial_sum_width", "PE partial sum of 4 int8 products in sum_bits(4) bits never wraps",
+             "hw/widths.py", "sum_bits",
+             lambda fn: PartialSumWidth(4, fn(4)), "prove", 1),
+]
+
+
+def by_name(name: str) -> Property:
+    for p in PROPERTIES:
+        if p.name == name:
+            return p
+    raise KeyError(f"no formal property {name!r}; known: {[p.name for p in PROPERTIES]}")

@@ -1,0 +1,89 @@
+"""Replay-cache addresses stay in range, and every entry reads back what was last written to it."""
+
+from amaranth import *
+from amaranth.hdl import Assert, Assume
+
+from hw.formal.harness import PropertyWrapper, in_ports, stream_hold
+from hw.replay_cache import ReplayCache
+
+__all__ = ["ReplayCacheMemory"]
+
+
+class ReplayCacheMemory(PropertyWrapper):
+    """A :class:`hw.replay_cache.ReplayCache` on a geometry whose depth is not a power of two,
+    so an out-of-range address is representable and would not wrap silently.
+
+    Requests carry in-range fields (``layer < layers``, ``index < tokens_per_frame``,
+    ``row < batch``) and hold until taken. The wrapper watches one arbitrary entry
+    ``(layer0, index0, row0)``, chosen by the solver and then fixed, with a copy of the value last
+    written to it, and checks:
+
+    - **addresses in range**: every write and every read of a request lands below
+      ``layers * tokens_per_frame * batch``;
+    - **one entry per (layer, index, row)**: a read of the watched entry returns, one beat later
+      on ``o``, the value last written to it, whatever was written to the other entries in
+      between (two tuples sharing an address would break this);
+    - the read data is offered as soon as it is due and held until taken.
+
+    Parameters
+    ----------
+    dim, layers, tokens_per_frame, batch : int
+        Cache geometry.
+    dut_class : type
+        The cache's class (a planted-bug copy in the failing twin tests).
+    """
+
+    def __init__(self, *, dim=1, layers=3, tokens_per_frame=3, batch=2, dut_class=ReplayCache):
+        super().__init__()
+        self.geometry = (layers, tokens_per_frame, batch)
+        self.dut = dut_class(dim, layers, tokens_per_frame, batch)
+        self.free(*in_ports(self.dut))
+        req = self.dut.i.p
+        self.layer0 = Signal.like(req.layer, name="layer0")
+        self.index0 = Signal.like(req.index, name="index0")
+        self.row0 = Signal.like(req.row, name="row0")
+        self.free(self.layer0, self.index0, self.row0)
+
+    def elaborate(self, platform):
+        m = self.module()
+        L, N, B = self.geometry
+        depth = L * N * B
+        # Elaborate the cache here, to reach the address ports of its memory (and mark the
+        # component as used, as Amaranth's own memory code does for ports it elaborates).
+        m.submodules.dut = body = self.dut.elaborate(platform)
+        self.dut._MustUse__used = True
+        mem = body.submodules.mem
+        wr, rd = mem.write_ports[0], mem.read_ports[0]
+        dut = self.dut
+        req = dut.i.p
+        stream_hold(m, dut.i, name="i", assume=True)
+        for name, sig, n in (("layer0", self.layer0, L), ("index0", self.index0, N), ("row0", self.row0, B)):
+            self.constant(m, sig, name=name)
+            m.d.comb += Assume(sig < n, f"{name} in range")
+        with m.If(dut.i.valid):
+            m.d.comb += Assume((req.layer < L) & (req.index < N) & (req.row < B),
+                               "request fields in range")
+
+        took = dut.i.valid & dut.i.ready
+        with m.If(wr.en):
+            m.d.comb += Assert(wr.addr < depth, "write address in range")
+        with m.If(took & ~req.write):
+            m.d.comb += Assert(rd.en & (rd.addr < depth), "read address in range")
+
+        watched = (req.layer == self.layer0) & (req.index == self.index0) & (req.row == self.row0)
+        known = Signal()                       # the watched entry has been written
+        value = Signal.like(req.y)             # what was last written to it
+        due = Signal()                         # a read of it is in flight: o must show `expect`
+        expect = Signal.like(req.y)
+        with m.If(took & req.write & watched):
+            m.d.sync += [known.eq(1), value.eq(req.y)]
+        with m.If(took & ~req.write):
+            m.d.sync += [due.eq(watched & known), expect.eq(value)]
+        with m.Elif(dut.o.valid & dut.o.ready):
+            m.d.sync += due.eq(0)
+        with m.If(due):
+            m.d.comb += Assert(dut.o.valid & (Value.cast(dut.o.p) == Value.cast(expect)),
+                               "a read returns the value last written to its entry")
+        stream_hold(m, dut.o, name="o")
+        self.cover(m, due & dut.o.valid & dut.o.ready, "a read of the watched entry returns its value")
+        return m

@@ -1,0 +1,265 @@
+"""Mutation check: plant small bugs one at a time and show that the fast tests catch each.
+
+``python -m tb.mutants`` (``nox -s mutants``) copies the repository to a temporary directory
+(never touching the working tree), runs the union of the mutants' tests there once unchanged
+(they must pass), then, for each mutant, rewrites one file of the copy, runs that mutant's
+tests (amaranth.sim unit tests, formal properties, golden-model tests) with ``pytest -x`` and
+restores the file. A mutant is *caught* when a test fails. The table goes to the terminal and
+``build/mutants/report.json``; the exit status is 1 if any mutant survived.
+
+Usage::
+
+    python -m tb.mutants [--only NAME ...] [--list] [--timeout S] [--keep]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from tb.mutation import Mutation, MutationError
+
+REPO = Path(__file__).resolve().parent.parent
+OUT = REPO / "build" / "mutants"
+
+__all__ = ["Mutant", "MUTANTS", "by_name", "run", "main"]
+
+_F = "tests/formal/test_properties.py::test_property"
+
+
+@dataclass(frozen=True)
+class Mutant:
+    """A planted bug and the fast tests that must catch it.
+
+    Attributes
+    ----------
+    name : str
+        Short name (also used by the formal failing-twin tests).
+    what : str
+        The bug in one line.
+    mutation : Mutation
+        The change to one source file.
+    tests : tuple of str
+        pytest node ids or files; at least one must fail on the mutant.
+    """
+
+    name: str
+    what: str
+    mutation: Mutation
+    tests: tuple
+
+
+def _m(name, what, path, old, new, *tests):
+    return Mutant(name, what, Mutation(path, old, new), tuple(tests))
+
+
+MUTANTS = [
+    _m("requant-round-half-up", "RTL requantiser rounds ties up, not to even (golden model unchanged)",
+       "hw/requant.py", "up.eq(round_bit & (sticky | q[0]))", "up.eq(round_bit)",
+       "tests/test_requant_sim.py"),
+    _m("requant-saturate-127", "RTL saturates negative values at -127 instead of -128",
+       "hw/requant.py", "m.d.comb += y.eq(quant.INT8_MIN)", "m.d.comb += y.eq(quant.INT8_MIN + 1)",
+       "tests/test_requant_sim.py"),
+    _m("golden-round-ties-odd", "golden model rounds ties to odd (sw/quant.py only)",
+       "sw/quant.py", "((q & 1) == 1)", "((q & 1) == 0)",
+       "tests/test_quant.py"),
+    _m("dispatcher-last-chunk", "DRS dispatcher off by one: a row ends after chunk S-2 (its last chunk is "
+       "never dispatched)", "hw/dispatcher.py", "chunk[h] == S - 1", "chunk[h] == S - 2",
+       "tests/test_dispatcher_sim.py", f"{_F}[dispatcher_drs]", f"{_F}[dispatcher_static]"),
+    _m("dispatcher-drs-skips-last-core", "DRS never considers the highest-numbered core",
+       "hw/dispatcher.py", "for p in reversed(range(P)):", "for p in reversed(range(P - 1)):",
+       "tests/test_dispatcher_sim.py", f"{_F}[dispatcher_drs]"),
+    _m("dispatcher-static-wrong-core", "static mode sends row b to core (b + 1) mod P",
+       "hw/dispatcher.py", "self.i.p.tag % P, 0", "(self.i.p.tag + 1) % P, 0",
+       "tests/test_dispatcher_sim.py", f"{_F}[dispatcher_static]"),
+    _m("dispatcher-static-no-hold", "static mode counts a chunk as sent without ready (hold dropped)",
+       "hw/dispatcher.py", "sent[p].eq(busy[p] & o.ready)", "sent[p].eq(busy[p])",
+       "tests/test_dispatcher_sim.py", f"{_F}[handshake_dispatcher]", f"{_F}[dispatcher_static]"),
+    _m("tas-strict-threshold", "replay decision TAS > T instead of TAS >= T",
+       "hw/tas_unit.py", "acc >= row.threshold", "acc > row.threshold",
+       "tests/test_tas_unit_sim.py::test_threshold_edges",
+       "tests/test_tas_unit_sim.py::test_shipped_trace_frames_0_and_1"),
+    _m("tas-frame0-replays", "frame 0 may replay (the frame != 0 rule dropped)",
+       "hw/tas_unit.py", "want = (row.frame != 0) & (acc >= row.threshold)", "want = acc >= row.threshold",
+       "tests/test_tas_unit_sim.py::test_threshold_edges"),
+    _m("writeback-skipped-computed", "computed rows are not written back to the replay cache",
+       "hw/accelerator.py", "cache.i.valid.eq(rob_from_red | (want_read & ~wb))",
+       "cache.i.valid.eq(want_read & ~wb)",
+       "tests/test_accelerator_sim.py::test_drs_beats_static_with_one_row_replayed"),
+    _m("cache-write-disabled", "the replay cache ignores writes",
+       "hw/replay_cache.py", "wr.en.eq(self.i.valid & en & p.write)", "wr.en.eq(0)",
+       "tests/test_replay_cache_sim.py", f"{_F}[replay_cache_memory]"),
+    _m("cache-address-alias", "replay-cache address uses N-1 positions per layer (entries alias)",
+       "hw/replay_cache.py", "mul_const(p.layer, self._n)", "mul_const(p.layer, self._n - 1)",
+       "tests/test_replay_cache_sim.py", f"{_F}[replay_cache_memory]"),
+    _m("cache-address-range", "replay-cache address uses N+1 positions per layer (runs past the end)",
+       "hw/replay_cache.py", "mul_const(p.layer, self._n)", "mul_const(p.layer, self._n + 1)",
+       "tests/test_replay_cache_sim.py", f"{_F}[replay_cache_memory]"),
+    _m("cache-read-no-hold", "replay-cache read data not held under backpressure",
+       "hw/replay_cache.py", "en.eq(~self.o.valid | self.o.ready)", "en.eq(1)",
+       "tests/test_replay_cache_sim.py", f"{_F}[handshake_replay_cache]"),
+    _m("output-byte-order", "host unpacks output rows big-endian (element 0 taken from the top byte)",
+       "hw/host.py", '.to_bytes(d, "little")', '.to_bytes(d, "big")',
+       "tests/test_accelerator_sim.py::test_drs_beats_static_with_one_row_replayed"),
+    _m("silu-lut-address", "SiLU table addressed by the raw code bits (no +128 offset)",
+       "hw/silu_lut.py", "Cat(code[:7], ~code[7])", "Cat(code[:7], code[7])",
+       "tests/test_silu_lut_sim.py"),
+    _m("rob-head-skips", "reorder-buffer head pointer advances by 2",
+       "hw/reorder_buffer.py", "self.head.eq(self.head + 1)", "self.head.eq(self.head + 2)",
+       f"{_F}[reorder_buffer_order]", "tests/test_reorder_buffer_sim.py"),
+    _m("rob-overwrite", "reorder buffer accepts a result into an occupied slot",
+       "hw/reorder_buffer.py", "self.i.ready.eq(~full.bit_select(self.i.p.tag, 1))", "self.i.ready.eq(1)",
+       f"{_F}[handshake_reorder_buffer]", "tests/test_reorder_buffer_sim.py"),
+    _m("arbiter-interleaves", "packet arbiter releases the grant after every beat (packets interleave)",
+       "hw/packet_arbiter.py", "locked.eq(~self.o.p.last)", "locked.eq(0)",
+       "tests/test_reducer_sim.py", f"{_F}[packet_arbiter_merge]"),
+    _m("reducer-final-early", "reducer requantises after chunks-1 partial sums",
+       "hw/reducer.py", "s1.final.eq(cnt == S - 1)", "s1.final.eq(cnt == S - 2)",
+       "tests/test_reducer_sim.py"),
+    _m("sum-bits-no-sign", "PE partial-sum width without the sign bit",
+       "hw/widths.py", "bit_length() + 1", "bit_length()",
+       f"{_F}[partial_sum_width]", "tests/formal/test_accumulators.py"),
+    _m("accel-y-no-hold", "accelerator pops the reorder buffer without y.ready",
+       "hw/accelerator.py", "rob.o.ready.eq(self.y.ready)", "rob.o.ready.eq(1)",
+       f"{_F}[handshake_accelerator]"),
+    _m("accel-tlast-off-by-one", "tlast of a group's output on the row before the last",
+       "hw/accelerator.py", "rows_out + 1 == rows_in", "rows_out + 2 == rows_in",
+       "tests/test_accelerator_sim.py::test_drs_beats_static_with_one_row_replayed"),
+]
+
+
+def by_name(name: str) -> Mutant:
+    for mu in MUTANTS:
+        if mu.name == name:
+            return mu
+    raise KeyError(f"no mutant {name!r}; known: {[mu.name for mu in MUTANTS]}")
+
+
+_IGNORE = shutil.ignore_patterns(".git", ".nox", "build", ".hypothesis", ".pytest_cache", ".ruff_cache",
+                                 "*.egg-info", "__pycache__", "sim_build", "*.vcd", "*.fst")
+
+
+def _pytest(copy: Path, tests, timeout: float, log: Path) -> tuple[str, float, str]:
+    """Run ``tests`` in the copy: ``(outcome, seconds, first failing test or message)`` with outcome
+    ``pass``, ``fail``, ``timeout`` or ``error`` (collection or usage error); pytest's output goes
+    to ``log``."""
+    env = dict(os.environ, PYTHONPATH=str(copy), PYTHONDONTWRITEBYTECODE="1")
+    # Without the unraisable-exception hook: a simulation coroutine left hanging by a failed
+    # test is finalised at exit, and the hook can turn that into a pytest internal error.
+    cmd = [sys.executable, "-m", "pytest", "-x", "-q", "--no-header", "-o", "addopts=",
+           "-p", "no:cacheprovider", "-p", "no:unraisableexception", *tests]
+    start = time.monotonic()
+    try:
+        proc = subprocess.run(cmd, cwd=copy, env=env, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired as e:
+        log.write_text(f"{e.stdout or ''}{e.stderr or ''}\ntimeout after {timeout:.0f} s\n")
+        return "timeout", time.monotonic() - start, f"no result after {timeout:.0f} s"
+    secs = time.monotonic() - start
+    out = proc.stdout + proc.stderr
+    log.write_text(out)
+    failed = re.findall(r"^(?:FAILED|ERROR) (\S+)", out, re.M)
+    detail = failed[0] if failed else ""
+    if proc.returncode == 0:
+        return "pass", secs, ""
+    if proc.returncode == 1 or (failed and proc.returncode != 5):
+        return "fail", secs, detail
+    tail = " | ".join(line for line in out.strip().splitlines()[-3:])
+    return "error", secs, detail or f"pytest exit {proc.returncode}: {tail}"
+
+
+def run(mutants, *, timeout: float = 300, keep: bool = False, progress=print) -> dict:
+    """Run the mutation check; returns the report (also written to ``build/mutants/report.json``)."""
+    start = time.monotonic()
+    tmp = Path(tempfile.mkdtemp(prefix="fastcar-mutants-"))
+    copy = tmp / "repo"
+    try:
+        shutil.copytree(REPO, copy, ignore=_IGNORE, symlinks=True)
+        check = subprocess.run([sys.executable, "-c", "import hw; print(hw.__file__)"], cwd=copy,
+                               env=dict(os.environ, PYTHONPATH=str(copy)), capture_output=True, text=True)
+        if not check.stdout.strip().startswith(str(copy)):
+            raise RuntimeError(f"the copy's hw package is not the one imported: {check.stdout.strip()}")
+        for mu in mutants:                          # every mutation must still apply
+            mu.mutation.mutated_source(copy)
+        tests = sorted({t for mu in mutants for t in mu.tests})
+        progress(f"baseline: {len(tests)} test selections on the unchanged copy ...")
+        OUT.mkdir(parents=True, exist_ok=True)
+        outcome, baseline, detail = _pytest(copy, tests, timeout * 2, OUT / "baseline.log")
+        if outcome != "pass":
+            raise RuntimeError(f"the tests do not pass on the unchanged copy ({outcome}: {detail}); "
+                               f"a mutant can only be judged against a green baseline")
+        progress(f"baseline: pass ({baseline:.0f} s)")
+        rows = []
+        for n, mu in enumerate(mutants, 1):
+            original = mu.mutation.apply(copy)
+            try:
+                outcome, secs, detail = _pytest(copy, list(mu.tests), timeout, OUT / f"{mu.name}.log")
+            finally:
+                (copy / mu.mutation.path).write_text(original)
+            status = {"fail": "caught", "timeout": "caught (timeout)",
+                      "pass": "SURVIVED"}.get(outcome, "ERROR")
+            rows.append({"name": mu.name, "what": mu.what, "file": mu.mutation.path,
+                         "old": mu.mutation.old, "new": mu.mutation.new, "tests": list(mu.tests),
+                         "status": status, "caught_by": detail, "seconds": round(secs, 1)})
+            progress(f"[{n}/{len(mutants)}] {mu.name}: {status} {detail} ({secs:.0f} s)")
+    finally:
+        if keep:
+            progress(f"copy kept in {copy}")
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
+    caught = sum(r["status"].startswith("caught") for r in rows)
+    report = {"mutants": len(rows), "caught": caught, "baseline_seconds": round(baseline, 1),
+              "seconds": round(time.monotonic() - start, 1), "results": rows}
+    (OUT / "report.json").write_text(json.dumps(report, indent=2) + "\n")
+    return report
+
+
+def table(report: dict) -> str:
+    """The report as a Markdown table."""
+    lines = ["| mutant | file | status | caught by | s |", "|---|---|---|---|---|"]
+    for r in report["results"]:
+        lines.append(f"| {r['name']} | {r['file']} | {r['status']} | {r['caught_by']} | {r['seconds']} |")
+    lines.append(f"\n{report['caught']} of {report['mutants']} mutants caught in {report['seconds']:.0f} s "
+                 f"(build/mutants/report.json)")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m tb.mutants", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--only", nargs="+", metavar="NAME", help="run only these mutants")
+    ap.add_argument("--list", action="store_true", help="list the mutants and their tests, and exit")
+    ap.add_argument("--timeout", type=float, default=300, help="seconds per mutant (default 300)")
+    ap.add_argument("--keep", action="store_true", help="keep the temporary copy of the repository")
+    args = ap.parse_args(argv)
+    try:
+        chosen = [by_name(n) for n in args.only] if args.only else MUTANTS
+    except KeyError as e:
+        ap.error(e.args[0])
+    if args.list:
+        for mu in chosen:
+            mt = mu.mutation
+            print(f"{mu.name}: {mu.what}\n    {mt.path}: {mt.old!r} -> {mt.new!r}\n"
+                  f"    tests: {', '.join(mu.tests)}")
+        return 0
+    # A terminated run still removes its copy of the repository.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    try:
+        report = run(chosen, timeout=args.timeout, keep=args.keep)
+    except (RuntimeError, MutationError) as e:
+        print(f"mutants: {e}", file=sys.stderr)
+        return 2
+    print(table(report))
+    return 0 if report["caught"] == report["mutants"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
