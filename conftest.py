@@ -17,8 +17,18 @@ def pytest_addoption(parser):
                           "(positions < N of every frame and layer; default first:8)")
     parser.addoption("--full", action="store_true", help="the whole trace (same as --groups full)")
     parser.addoption("--seed", type=int, default=1, help="seed of the random idle/backpressure")
+    parser.addoption("--seeds", type=int, default=1,
+                     help="run the stall regression under this many seeds: --seed, --seed + 1, ...")
     parser.addoption("--stall", type=float, default=0.3,
                      help="probability of an idle or backpressure cycle on every stream")
+
+
+def pytest_generate_tests(metafunc):
+    if "stall_seed" in metafunc.fixturenames:
+        first, n = metafunc.config.getoption("--seed"), metafunc.config.getoption("--seeds")
+        if n < 1:
+            raise pytest.UsageError(f"--seeds must be at least 1, not {n}")
+        metafunc.parametrize("stall_seed", range(first, first + n), ids=lambda s: f"seed{s}")
 
 
 @pytest.fixture(scope="session")

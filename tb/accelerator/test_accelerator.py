@@ -35,10 +35,11 @@ def groups_option(request):
     return "full" if request.config.getoption("--full") else request.config.getoption("--groups")
 
 
-def test_trace_under_stalls(trace_dir, request):
+def test_trace_under_stalls(trace_dir, request, stall_seed):
     """Every output byte and replay bit of the trace, with random idle cycles on the inputs and
-    backpressure on the output (seed and probability from --seed / --stall)."""
-    seed, stall = request.config.getoption("--seed"), request.config.getoption("--stall")
+    backpressure on the output (probability --stall; one run per seed, --seed and --seeds); the
+    testbench's scoreboard counts rows in against rows out."""
+    seed, stall = stall_seed, request.config.getoption("--stall")
     rep = run(DEFAULT_ACCEL, {"FASTCAR_TRACE": str(trace_dir), "FASTCAR_GROUPS": groups_option(request),
                               "FASTCAR_SEED": str(seed), "FASTCAR_STALL": str(stall),
                               "FASTCAR_MODES": "drs"}, f"stall-{seed}")
