@@ -25,6 +25,7 @@ from hw.host import config_words, group_beats, trace_layers
 from sw import quant
 from sw.config import AccelConfig
 from sw.decode_trace import load_decode_trace
+from sw.perfmodel import trace_cycles
 from tb.stalls import random_pauses
 
 
@@ -78,11 +79,13 @@ def beat_user(frame, beat, lanes):
     return frame.tuser if isinstance(frame.tuser, int) else frame.tuser[beat * lanes]
 
 
-async def run_mode(dut, tr, cfg, groups, mode, seed, stall, log):
-    """All ``groups`` of the trace in ``mode``; returns cycles per group and the counters."""
-    tb = TB(dut, cfg)
+async def run_mode(dut, tr, cfg, groups, mode, seed, stall, log, *, reset=True, tb=None):
+    """All ``groups`` of the trace in ``mode``; returns cycles per group and the counters.
+    ``tb``: bus models to reuse (one set per bus, so that only one sink drives ``tready``)."""
+    tb = tb or TB(dut, cfg)
     tb.set_stalls(seed, stall)
-    await tb.reset()
+    if reset:
+        await tb.reset()
     layers = trace_layers(tr)
     await tb.configure(config_words(cfg, layers, static=(mode == "static"),
                                     refresh_every=tr.manifest["decode"].get("refresh_every"),
@@ -159,6 +162,57 @@ async def run_mode(dut, tr, cfg, groups, mode, seed, stall, log):
     assert counters["rows_replayed"] == int(sum(want_r[g].sum() for g in groups)), counters
     assert counters["total_cycles"] == sum(cycles), counters
     return list(cycles), counters
+
+
+@cocotb.test()
+async def reset_mid_frame(dut):
+    """Reset at a random cycle while groups are in flight, then the whole selection from frame 0:
+    bit-exact again. Counters, control registers and every pipeline start clean; the weights, the
+    replay cache and the TAS chain counters are memories and keep their contents, which frame 0
+    overwrites (it always computes, and writes chain 0)."""
+    import random
+
+    cfg = AccelConfig.from_dict(json.loads(os.environ["FASTCAR_ACCEL"]))
+    tr = load_decode_trace(os.environ["FASTCAR_TRACE"])
+    groups = select_groups(tr, os.environ.get("FASTCAR_GROUPS", "full"))
+    seed = int(os.environ.get("FASTCAR_SEED", "1"))
+    stall = float(os.environ.get("FASTCAR_STALL", "0"))
+    rng = random.Random(seed)
+    report = {"groups": groups, "stall": stall, "seed": seed, "resets": []}
+    tb = TB(dut, cfg)
+    for attempt in range(int(os.environ.get("FASTCAR_RESETS", "3"))):
+        tb.set_stalls(seed + attempt, stall)
+        await tb.reset()
+        layers = trace_layers(tr)
+        await tb.configure(config_words(cfg, layers, refresh_every=tr.manifest["decode"].get("refresh_every"),
+                                        max_chain=tr.manifest["decode"].get("max_chain")))
+
+        async def feed(src=tb.x_src, row_bytes=tb.row_bytes):
+            for g in groups:
+                await src.send(AxiStreamFrame(group_beats(cfg, tr, g, row_bytes)))
+        task = cocotb.start_soon(feed())
+        # Anywhere in the run: the cycle model's length of it (no stalls) bounds the range.
+        at = rng.randrange(50, int(trace_cycles(cfg, tr.replay[groups]).sum()))
+        await ClockCycles(dut.clk, at)
+        taken = int(dut.groups.value)
+        dut.rst.value = 1
+        await ClockCycles(dut.clk, rng.randrange(1, 4))
+        dut.rst.value = 0
+        task.cancel()
+        # The host side of a reset: what was queued for the interrupted run is dropped.
+        tb.x_src.clear()
+        tb.y_sink.clear()
+        await ClockCycles(dut.clk, 2)
+        while not tb.x_mon.empty():       # the scoreboard counts the new run's rows only
+            tb.x_mon.recv_nowait()
+        assert int(dut.groups.value) == 0 and int(dut.total_cycles.value) == 0, "counters survived the reset"
+        dut._log.info("reset at cycle %d of the run (%d groups finished before it)", at, taken)
+        cycles, counters = await run_mode(dut, tr, cfg, groups, "drs", seed + attempt, stall, dut._log,
+                                          reset=False, tb=tb)
+        report["resets"].append({"at_cycle": at, "groups_before": taken, "groups_after": len(cycles)})
+    if os.environ.get("FASTCAR_REPORT"):
+        with open(os.environ["FASTCAR_REPORT"], "w") as f:
+            json.dump(report, f)
 
 
 @cocotb.test()
