@@ -12,10 +12,10 @@ Changing the array size means changing :data:`DEFAULT_TILE` (or passing another
 from __future__ import annotations
 
 import dataclasses
-import json
 from dataclasses import dataclass
 
 from sw import quant
+from sw.jsonio import read_json
 
 
 class ConfigError(ValueError):
@@ -24,13 +24,7 @@ class ConfigError(ValueError):
 
 def _read_json(path) -> dict:
     """The JSON in ``path``, or one :class:`ConfigError` naming the file."""
-    try:
-        with open(path) as f:
-            return json.load(f)
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: no such config file") from None
-    except json.JSONDecodeError as e:
-        raise ConfigError(f"{path}: not valid JSON ({e})") from None
+    return read_json(path, ConfigError, "config", obj=False)
 
 
 def _from_dict(cls, d, source: str, what: str):

@@ -10,13 +10,13 @@ implement (RoPE scaling, biases, other activations, other architectures) is refu
 
 from __future__ import annotations
 
-import json
 import numbers
 from pathlib import Path
 
 import torch
 from safetensors import safe_open
 
+from sw.jsonio import read_json
 from sw.model import Decoder, ModelConfig, ModelConfigError
 
 INDEX_FILE = "model.safetensors.index.json"
@@ -29,16 +29,7 @@ class HFLoadError(ValueError):
 
 
 def _read_json(path: Path, what: str) -> dict:
-    try:
-        with open(path) as f:
-            data = json.load(f)
-    except FileNotFoundError:
-        raise HFLoadError(f"{path}: {what} not found") from None
-    except json.JSONDecodeError as e:
-        raise HFLoadError(f"{path}: not valid JSON ({e})") from None
-    if not isinstance(data, dict):
-        raise HFLoadError(f"{path}: expected a JSON object, not {type(data).__name__}")
-    return data
+    return read_json(path, HFLoadError, what)
 
 
 def config_from_hf(hf: dict, *, source: str = "config.json", **overrides) -> ModelConfig:

@@ -41,6 +41,7 @@ from pathlib import Path
 import numpy as np
 
 from sw.config import DEFAULT_ACCEL, AccelConfig, ConfigError
+from sw.jsonio import read_json
 from sw.perfmodel import group_cycles
 
 REPO = Path(__file__).resolve().parent.parent
@@ -86,15 +87,7 @@ class Clock:
 
 def _read_json(path: Path, what: str) -> dict:
     """The JSON object in ``path``, or a :class:`ProjectionError` naming the file."""
-    try:
-        data = json.loads(Path(path).read_text())
-    except FileNotFoundError:
-        raise ProjectionError(f"{path}: no such {what} file") from None
-    except json.JSONDecodeError as e:
-        raise ProjectionError(f"{path}: not valid JSON ({e})") from None
-    if not isinstance(data, dict):
-        raise ProjectionError(f"{path}: expected a JSON object, not {type(data).__name__}")
-    return data
+    return read_json(path, ProjectionError, what)
 
 
 def _positive(value, path, field: str, kind=(int, float)) -> float:

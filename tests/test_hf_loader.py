@@ -105,7 +105,7 @@ def test_transformers_v4_style_rope_theta(tmp_path, checkpoint):
 def test_missing_config_json(tmp_path, checkpoint):
     path = copy_checkpoint(checkpoint, tmp_path)
     (path / "config.json").unlink()
-    with pytest.raises(HFLoadError, match=r"config.json: config.json not found"):
+    with pytest.raises(HFLoadError, match=r"config.json: no such config.json file"):
         load_hf_llama(path)
 
 
