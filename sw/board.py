@@ -184,14 +184,13 @@ class BoardLink:
 # --- the check ----------------------------------------------------------------------------------
 
 def select_groups(tr, spec: str) -> list[int]:
-    """``full``: every group; ``first:N``: every group whose in-frame position is below N (all
-    layers and frames; self-contained, since a position only replays its own earlier outputs)."""
-    if spec == "full":
-        return list(range(len(tr.group_layer)))
-    kind, _, n = spec.partition(":")
-    if kind != "first" or not n.isdigit() or int(n) < 1:
-        raise BoardError(f"--groups {spec!r}: expected 'full' or 'first:N' with N >= 1")
-    return [g for g in range(len(tr.group_layer)) if tr.group_index[g] < int(n)]
+    """:func:`sw.decode_trace.select_groups`, with :class:`BoardError` for a bad ``--groups``."""
+    from sw.decode_trace import select_groups as select
+
+    try:
+        return select(tr, spec)
+    except ValueError as e:
+        raise BoardError(f"--groups {e}") from None
 
 
 def where(tr, g: int, b: int) -> str:

@@ -173,3 +173,15 @@ def gemm_case(tr: DecodeTrace, *, layer: int = 0, max_rows: int = 24):
     x = np.concatenate(rows)[:max_rows]
     w, mult, shift = tr.wg[layer], tr.mult_g[layer], tr.shift_g[layer]
     return x, w, mult, shift, quant.gemm_int8(x, w, mult, shift)
+
+
+def select_groups(tr, spec: str) -> list[int]:
+    """Groups of a decode trace: ``full`` is every group; ``first:N`` every group whose in-frame
+    position is below N (all layers and frames; self-contained, since a position only replays its
+    own earlier outputs). :class:`ValueError` for any other ``spec``."""
+    if spec == "full":
+        return list(range(len(tr.group_layer)))
+    kind, _, n = spec.partition(":")
+    if kind != "first" or not n.isdigit() or int(n) < 1:
+        raise ValueError(f"{spec!r}: expected 'full' or 'first:N' with N >= 1")
+    return [g for g in range(len(tr.group_layer)) if tr.group_index[g] < int(n)]

@@ -24,18 +24,9 @@ from cocotbext.axi import AxiStreamBus, AxiStreamFrame, AxiStreamMonitor, AxiStr
 from hw.host import config_words, group_beats, trace_layers
 from sw import quant
 from sw.config import AccelConfig
-from sw.decode_trace import load_decode_trace
+from sw.decode_trace import load_decode_trace, select_groups
 from sw.perfmodel import trace_cycles
 from tb.stalls import random_pauses
-
-
-def select_groups(tr, spec):
-    if spec == "full":
-        return list(range(len(tr.group_layer)))
-    kind, _, n = spec.partition(":")
-    if kind != "first" or not n.isdigit():
-        raise ValueError(f"FASTCAR_GROUPS={spec!r}: expected 'full' or 'first:N'")
-    return [g for g in range(len(tr.group_layer)) if tr.group_index[g] < int(n)]
 
 
 class TB:
