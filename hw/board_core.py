@@ -15,6 +15,7 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from hw.accelerator import COUNTER_BITS, Accelerator
+from hw.global_buffer import global_buffer
 from hw.uart_bridge import Framing, UartBridge, assign_opcodes, framing
 from hw.uart_rx import UartRx, check_clocks_per_bit
 from hw.uart_tx import UartTx
@@ -183,7 +184,16 @@ class BoardCore(wiring.Component):
         m.submodules.bridge = bridge = UartBridge(
             {n: streams[n] for n in WRITES}, {n: streams[n] for n in READS},
             status_bits=len(names) * COUNTER_BITS, info=info_bytes(cfg), timeout=self._timeout)
-        m.submodules.accel = ResetInserter(bridge.soft_reset)(accel)
+        # The accelerator runs in its own domain on the same clock, whose only reset is one
+        # flip-flop: set while ``sync`` is in reset and for the cycle after the bridge's RESET
+        # command. Its ~25,000 loads (``python -m hw.fanout``) then hang off a single registered
+        # net on a global buffer, not off a LUT that ORs two resets.
+        accel_rst = Signal(init=1)
+        m.d.sync += accel_rst.eq(bridge.soft_reset)
+        m.domains.accel = cd_accel = ClockDomain("accel", local=True)
+        m.d.comb += [cd_accel.clk.eq(ClockSignal("sync")),
+                     cd_accel.rst.eq(global_buffer(m, platform, accel_rst, "accel_rst_buf"))]
+        m.submodules.accel = DomainRenamer("accel")(accel)
 
         m.d.comb += [rx.rx.eq(self.rx), self.tx.eq(tx.tx), bridge.rx_error.eq(rx.frame_error | rx.overflow)]
         wiring.connect(m, rx.o, bridge.i)
