@@ -72,6 +72,9 @@ def load_checkpoint(path=DEFAULT_CHECKPOINT) -> Checkpoint:
         if v.shape != own[k].shape:
             raise CheckpointError(f"{path / 'model.safetensors'}: key '{k}' has shape {tuple(v.shape)}, "
                                   f"expected {tuple(own[k].shape)}")
+        if not v.is_floating_point():
+            raise CheckpointError(f"{path / 'model.safetensors'}: key '{k}' has dtype "
+                                  f"{str(v.dtype).removeprefix('torch.')}, expected a floating-point tensor")
         if not torch.isfinite(v).all():
             raise CheckpointError(f"{path / 'model.safetensors'}: key '{k}' contains NaN or inf")
     model.load_state_dict(state)

@@ -121,7 +121,35 @@ def load_decode_trace(d, *, verify: bool = True) -> DecodeTrace:
         if arr.shape != shape:
             raise TraceError(f"{f}: field '{name}' has shape {list(arr.shape)}, expected {list(shape)}")
         t[name] = arr
+    _check_values(d, man, t, dims)
     return DecodeTrace(path=d, manifest=man, t=t)
+
+
+def _check_values(d: Path, man: dict, t: dict, dims: dict):
+    """Refuse values that the integer spec or the accelerator cannot take, naming file and field."""
+    from sw import quant
+
+    def fail(name, what):
+        raise TraceError(f"{d / man['tensors'][name]['file']}: field '{name}' {what}")
+
+    th = t["threshold"]
+    bad = (th < quant.ACC_MIN) | (th > quant.THRESHOLD_NEVER)
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        fail("threshold", f"of layer {i} is {int(th[i])}, outside the accelerator's range "
+                          f"[{quant.ACC_MIN}, {quant.THRESHOLD_NEVER}] (int32, and 2**31 for 'never')")
+    for name in ("shift_g", "shift_u", "shift_h", "shift_d"):
+        if t[name].size and int(t[name].max()) > quant.SHIFT_MAX:
+            fail(name, f"has {int(t[name].max())}, above the spec's maximum {quant.SHIFT_MAX}")
+    if t["replay"].size and int(t["replay"].max()) > 1:
+        fail("replay", f"has {int(t['replay'].max())}; replay bits are 0 or 1")
+    gl = t["group_layer"]
+    if gl.size and (int(gl.min()) < 0 or int(gl.max()) >= dims["layers"]):
+        fail("group_layer", f"has layer {int(gl.min()) if gl.min() < 0 else int(gl.max())}; "
+                            f"the trace has layers 0..{dims['layers'] - 1}")
+    for name in ("group_frame", "group_index"):
+        if t[name].size and int(t[name].min()) < 0:
+            fail(name, f"has {int(t[name].min())}; must not be negative")
 
 
 def check_decode_trace(tr: DecodeTrace) -> str | None:

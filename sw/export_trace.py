@@ -245,8 +245,10 @@ def main(argv=None) -> int:
             taus = [float(v) for v in args.tau.split(",")]
         except ValueError:
             raise TraceError(f"--tau: not a number or comma-separated numbers: {args.tau!r}") from None
-        if args.sparse_window is not None and args.sparse_window < 1:
-            raise TraceError(f"--sparse-window must be at least 1, not {args.sparse_window}")
+        for flag, value, least in (("--sparse-window", args.sparse_window, 1), ("--sinks", args.sinks, 0),
+                                   ("--refresh-every", args.refresh_every, 1), ("--max-chain", args.max_chain, 0)):
+            if value is not None and value < least:
+                raise TraceError(f"{flag} must be at least {least}, not {value}")
         info = export_decode_trace(args.out or Path("build/traces/fastcar"), checkpoint=args.checkpoint,
                                    prompts=args.prompt, frames=args.frames,
                                    tau=taus[0] if len(taus) == 1 else taus, strict=args.strict,

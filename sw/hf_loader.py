@@ -192,7 +192,10 @@ def load_hf_llama(path, *, dtype: torch.dtype = torch.float32, **overrides) -> D
                 if tuple(tensor.shape) != expected[name]:
                     raise HFLoadError(f"{file}: key {key!r} has shape {tuple(tensor.shape)}, "
                                       f"expected {expected[name]} from config.json")
-                if tensor.is_floating_point() and not torch.isfinite(tensor).all():
+                if not tensor.is_floating_point():
+                    raise HFLoadError(f"{file}: key {key!r} has dtype {str(tensor.dtype).removeprefix('torch.')}, "
+                                      f"expected a floating-point tensor")
+                if not torch.isfinite(tensor).all():
                     bad = int((~torch.isfinite(tensor)).sum())
                     raise HFLoadError(f"{file}: key {key!r} has {bad} NaN/inf value(s)")
                 loaded[name] = tensor.to(dtype)
@@ -210,3 +213,28 @@ def load_hf_llama(path, *, dtype: torch.dtype = torch.float32, **overrides) -> D
     model.load_state_dict(loaded, strict=True)
     return model.eval()
 
+
+def main(argv=None) -> int:
+    """``python -m sw.hf_loader DIR``: load a Hugging Face LLaMA directory and summarise it, or
+    print the one reason it cannot be loaded."""
+    import argparse
+    import sys
+
+    ap = argparse.ArgumentParser(prog="python -m sw.hf_loader",
+                                 description="Check that a Hugging Face LLaMA checkpoint loads into the decoder.")
+    ap.add_argument("checkpoint", type=Path, help="directory with config.json and *.safetensors")
+    args = ap.parse_args(argv)
+    try:
+        model = load_hf_llama(args.checkpoint)
+    except HFLoadError as e:
+        print(f"sw.hf_loader: error: {e}", file=sys.stderr)
+        return 1
+    c = model.config
+    params = sum(p.numel() for p in model.parameters())
+    print(f"{args.checkpoint}: ok, {c.n_layers} layers, d_model {c.d_model}, d_ff {c.d_ff}, "
+          f"{c.n_heads} heads, vocab {c.vocab_size}, {params:,} parameters")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

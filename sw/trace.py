@@ -226,4 +226,8 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # Run the imported module's main: as __main__ this file's TraceError would be a second class,
+    # and errors raised by sw.decode_trace (which imports sw.trace) would escape as tracebacks.
+    from sw.trace import main as _main
+
+    sys.exit(_main())
