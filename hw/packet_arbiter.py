@@ -12,8 +12,9 @@ class PacketArbiter(wiring.Component):
 
     A packet ends with a beat whose ``last`` field is set. While no packet is in progress the
     arbiter grants the first valid input after the one granted last (round robin), and keeps the
-    grant until that input's ``last`` beat has been transferred. ``o.valid`` depends only on the
-    inputs' ``valid``, never on ``o.ready``.
+    grant until that input's ``last`` beat has been transferred. An offered beat that waits for
+    ``o.ready`` keeps its input granted, so ``o`` obeys the stream rule (valid and payload hold
+    until ready). ``o.valid`` depends only on the inputs' ``valid``, never on ``o.ready``.
 
     Parameters
     ----------
@@ -62,4 +63,7 @@ class PacketArbiter(wiring.Component):
                                  self.i[k].ready.eq(self.o.ready)]
         with m.If(self.o.valid & self.o.ready):
             m.d.sync += [cur.eq(sel), locked.eq(~self.o.p.last)]
+        with m.Elif(self.o.valid):
+            # An offered beat waits: keep its input granted, so that valid and payload hold.
+            m.d.sync += [cur.eq(sel), locked.eq(1)]
         return m

@@ -4,10 +4,11 @@ from amaranth import *
 from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from hw.mult18 import Mult18
 from hw.widths import index_bits, mul_const
 from sw import quant
 
-__all__ = ["TasUnit", "row_layout", "decision_layout"]
+__all__ = ["TasUnit", "row_layout", "decision_layout", "pipeline_cycles"]
 
 #: Width of the threshold: int32 plus the out-of-range values 2**31 ("never") and -2**31 ("always").
 THRESHOLD_BITS = quant.ACC_BITS + 2
@@ -28,6 +29,17 @@ def row_layout(dim, layers, tokens_per_frame, batch, frame_bits=8):
     })
 
 
+def _tree_levels(lanes: int) -> int:
+    return max(0, (lanes - 1).bit_length())
+
+
+def pipeline_cycles(lanes: int) -> int:
+    """Cycles between the TAS unit's last dot-product step and its decision, beyond the one cycle
+    of an unpipelined accumulator: the multiplier's two registers and one register per level of
+    the adder tree over ``lanes`` products (``sw.perfmodel.t_row`` adds them to every row)."""
+    return Mult18.latency + _tree_levels(lanes)
+
+
 def decision_layout():
     return data.StructLayout({"tas": signed(quant.ACC_BITS), "replay": 1})
 
@@ -37,7 +49,9 @@ class TasUnit(wiring.Component):
     ``sw.golden.IntegerPath``).
 
     For each row: ``tas = sum_e q[e] * k_prev[e]`` (:func:`sw.quant.tas_int`), computed ``lanes``
-    products per cycle, then::
+    products per cycle in registered multipliers (:class:`hw.mult18.Mult18`), summed by an adder
+    tree with a register after every level and accumulated; the decision follows
+    :func:`pipeline_cycles` after the last step. Then::
 
         want    = frame != 0 and tas >= threshold
         force   = refresh (frame % refresh_every == 0, when enabled)
@@ -96,11 +110,35 @@ class TasUnit(wiring.Component):
         last_frame = Signal.like(self.i.p.frame)
         seen = Signal()
 
-        partial = Signal(signed(quant.ACC_BITS))
-        with m.Switch(step):
-            for s in range(steps):
-                with m.Case(s):
-                    m.d.comb += partial.eq(sum(row.q[s * P + j] * row.k[s * P + j] for j in range(P)))
+        # Datapath: operands of step `step` -> Mult18 (2 registers) -> adder tree (a register per
+        # level) -> accumulator. `issue` marks a step entering the multipliers; its mark travels
+        # with the sums, so the accumulator adds exactly the products of this row's steps.
+        issue = Signal()
+        products = []
+        for j in range(P):
+            mul = Mult18(8, 8)
+            m.submodules[f"mul_{j}"] = mul
+            with m.Switch(step):
+                for s_ in range(steps):
+                    with m.Case(s_):
+                        m.d.comb += [mul.a.eq(row.q[s_ * P + j]), mul.b.eq(row.k[s_ * P + j])]
+            products.append(mul.p)
+        marks = Signal(Mult18.latency + _tree_levels(P))
+        m.d.sync += marks.eq(Cat(issue, marks[:-1]))
+        level = products
+        for lv in range(_tree_levels(P)):
+            nxt = []
+            for k in range(0, len(level), 2):
+                width = 16 + lv + 1
+                reg = Signal(signed(width), name=f"sum_{lv}_{k // 2}")
+                m.d.sync += reg.eq(level[k] + level[k + 1] if k + 1 < len(level) else level[k])
+                nxt.append(reg)
+            level = nxt
+        partial = level[0]
+        partial_valid = marks[-1]
+
+        with m.If(partial_valid):
+            m.d.sync += acc.eq(acc + partial)
 
         m.d.comb += cr.addr.eq(addr)
 
@@ -119,8 +157,13 @@ class TasUnit(wiring.Component):
                     m.d.sync += [last_frame.eq(self.i.p.frame), seen.eq(1)]
                     m.next = "DOT"
             with m.State("DOT"):
-                m.d.sync += [acc.eq(acc + partial), step.eq(step + 1)]
+                m.d.comb += issue.eq(1)
+                m.d.sync += step.eq(step + 1)
                 with m.If(step == steps - 1):
+                    m.next = "DRAIN"
+            with m.State("DRAIN"):
+                # The last step's sum enters the accumulator: next cycle it holds the row's TAS.
+                with m.If(partial_valid & ~marks[:-1].any()):
                     m.next = "DECIDE"
             with m.State("DECIDE"):
                 # The chain counter read (addressed since IDLE) is valid here.

@@ -154,7 +154,7 @@ class AccelConfig:
     cores: int = 2
     chunks: int = 8
     gate_lanes: int = 2
-    tas_lanes: int = 8
+    tas_lanes: int = 16
 
     def __post_init__(self):
         for f in dataclasses.fields(self):

@@ -2,8 +2,9 @@
 
 The model follows the RTL's schedule (``docs/architecture.md``, "Cycle model"):
 
-- The front end takes one row at a time: ``t_row = d_model / tas_lanes + 5`` cycles from taking
-  a row to taking the next (1 take, 1 hand-over, ``d_model / tas_lanes`` TAS steps, 1 decision,
+- The front end takes one row at a time: ``t_row = d_model / tas_lanes + 5 + pipeline`` cycles
+  from taking a row to taking the next (1 take, 1 hand-over, ``d_model / tas_lanes`` TAS steps,
+  the TAS pipeline (:func:`hw.tas_unit.pipeline_cycles`: multiplier and adder-tree registers), 1 decision,
   1 output of the decision, 1 cache read or dispatch).
 - A computed row is cut into ``chunks`` hidden chunks. Each chunk occupies a core's gate/up tiles
   for ``T = d_model * (d_ff / chunks) / (rows * cols)`` cycles and then its down tile for the same
@@ -28,6 +29,12 @@ import numpy as np
 
 from sw.config import AccelConfig
 
+
+def tas_pipeline_cycles(lanes: int) -> int:
+    """The TAS unit's pipeline beyond one step (:func:`hw.tas_unit.pipeline_cycles`: the
+    multiplier's 2 registers and one register per adder-tree level over ``lanes`` products)."""
+    return 2 + max(0, (lanes - 1).bit_length())
+
 __all__ = ["group_cycles", "trace_cycles", "t_row", "chunk_cycles", "TAIL", "ALL_REPLAYED_TAIL"]
 
 #: Pipeline cycles not covered by ``2 T`` and the reducer's slices: array fill and drain, the
@@ -39,7 +46,7 @@ ALL_REPLAYED_TAIL = 2
 
 def t_row(cfg: AccelConfig) -> int:
     """Front-end cycles per row."""
-    return cfg.d_model // cfg.tas_lanes + 5
+    return cfg.d_model // cfg.tas_lanes + 5 + tas_pipeline_cycles(cfg.tas_lanes)
 
 
 def chunk_cycles(cfg: AccelConfig) -> int:

@@ -89,15 +89,28 @@ def test_drift_guard_matches_software(tiny_ckpt, tmp_path, guard):
     check_against(tr, groups, **guard)
 
 
-def test_threshold_edges():
+@pytest.mark.parametrize("lanes", [1, 3, 4, 16])
+def test_threshold_edges(lanes):
+    """Decisions at the threshold and its extremes, for adder trees of every shape (odd lane
+    counts leave an operand without a partner at some level)."""
     rng = np.random.default_rng(3)
-    q = rng.integers(-128, 128, 16)
-    k = rng.integers(-128, 128, 16)
-    tas = int(quant.tas_int(q.reshape(1, 16), k.reshape(1, 16)))
+    q = rng.integers(-128, 128, 48)
+    k = rng.integers(-128, 128, 48)
+    q[:2], k[:2] = -128, -128                       # the largest product
+    tas = int(quant.tas_int(q.reshape(1, 48), k.reshape(1, 48)))
     rows = []
     for th in (tas - 1, tas, tas + 1, quant.ACC_MAX + 1, quant.ACC_MIN):
         rows.append({"q": q, "k": k, "threshold": th, "layer": 0, "frame": 1, "index": 0, "row": 0})
     rows.append({"q": q, "k": k, "threshold": quant.ACC_MIN, "layer": 0, "frame": 0, "index": 0, "row": 0})
-    got = run_unit(rows, dim=16, layers=1, n=1, batch=1, lanes=4)
+    got = run_unit(rows, dim=48, layers=1, n=1, batch=1, lanes=lanes)
     assert [t for t, _ in got] == [tas] * 6
     assert [r for _, r in got] == [1, 1, 0, 0, 1, 0]      # >=; never; always; frame 0 never replays
+
+
+@pytest.mark.parametrize("lanes", [1, 2, 3, 4, 8, 16, 64])
+def test_cycle_model_knows_the_pipeline(lanes):
+    """sw.perfmodel's TAS pipeline depth is the one the RTL builds."""
+    from hw.tas_unit import pipeline_cycles
+    from sw.perfmodel import tas_pipeline_cycles
+
+    assert tas_pipeline_cycles(lanes) == pipeline_cycles(lanes)

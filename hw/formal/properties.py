@@ -104,8 +104,7 @@ PROPERTIES = [
              lambda cls: StreamHandshake(cls(1, 3, 3, 2), inputs=["i"], outputs=["o"]), "prove", 4),
     Property("handshake_packet_arbiter", "packet arbiter o: valid and payload held until ready",
              "hw/packet_arbiter.py", "PacketArbiter",
-             lambda cls: StreamHandshake(_arbiter(cls), inputs=["i"], outputs=["o"]), "prove", 4,
-             holds=False),
+             lambda cls: StreamHandshake(_arbiter(cls), inputs=["i"], outputs=["o"]), "prove", 4),
     Property("handshake_accelerator", "accelerator y (tiny config): valid and payload held until "
              "ready, with the host's group contract", "hw/accelerator.py", "Accelerator",
              lambda cls: StreamHandshake(cls(TINY_ACCEL), inputs=["x"], outputs=["y"],

@@ -9,7 +9,6 @@ import pytest
 from hw.formal.properties import PROPERTIES, by_name
 from tb.formal import check
 from tb.mutants import by_name as mutant
-from tb.mutation import Mutation
 
 pytestmark = pytest.mark.usefixtures("formal_tools")
 
@@ -40,6 +39,7 @@ TWINS = [
     ("replay_cache_memory", "cache-address-range", "address in range"),
     ("replay_cache_memory", "cache-write-disabled", "returns the value last written"),
     ("packet_arbiter_merge", "arbiter-interleaves", "not interleaved"),
+    ("handshake_packet_arbiter", "arbiter-regrants-waiting-beat", "valid and payload held until ready"),
     ("partial_sum_width", "sum-bits-no-sign", "never wraps"),
 ]
 
@@ -52,32 +52,6 @@ def test_twin_fails(prop_name, bug, message):
     result = check(prop.wrapper(planted), f"{prop.name}__{bug}", mode=prop.mode, depth=prop.depth)
     assert result.failed_assertion, f"the planted bug {bug!r} went unnoticed: {result.summary()}"
     assert any(message in f for f in result.failed), f"expected '{message}': {result.summary()}"
-
-
-#: A fix of the arbiter's known violation: keep the grant while an offered beat waits.
-ARBITER_HOLDS_GRANT = Mutation(
-    "hw/packet_arbiter.py",
-    "            m.d.sync += [cur.eq(sel), locked.eq(~self.o.p.last)]\n",
-    "            m.d.sync += [cur.eq(sel), locked.eq(~self.o.p.last)]\n"
-    "        with m.Elif(self.o.valid):\n"
-    "            m.d.sync += [cur.eq(sel), locked.eq(1)]\n")
-
-
-def test_known_violation_packet_arbiter():
-    """The arbiter's payload may change while its beat waits: with no packet in progress, an
-    input ahead in the round robin that becomes valid takes the grant. (The reducer behind it
-    takes whatever is offered, so nothing is lost, but the stream rule is broken.) The check finds
-    it in step 1; the arbiter with the fix above satisfies the rule and still merges correctly."""
-    prop = by_name("handshake_packet_arbiter")
-    assert not prop.holds
-    real = check(prop.wrapper(), prop.name, mode=prop.mode, depth=prop.depth)
-    assert real.failed_assertion and "payload held until ready" in real.failed[0], (
-        f"the arbiter's known handshake violation was not found (fixed? then set holds=True): "
-        f"{real.summary()}")
-    fixed = ARBITER_HOLDS_GRANT.load().PacketArbiter
-    for p in (prop, by_name("packet_arbiter_merge")):
-        result = check(p.wrapper(fixed), f"{p.name}__grant_held", mode=p.mode, depth=p.depth)
-        assert result.passed, result.summary()
 
 
 @pytest.mark.parametrize("prop", [p for p in PROPERTIES if p.holds], ids=lambda p: p.name)
