@@ -8,16 +8,34 @@ from hw.mult18 import Mult18
 from hw.widths import index_bits
 from sw import quant
 
-__all__ = ["Requant", "round_shift", "saturate", "params_layout", "load_layout"]
+__all__ = ["Requant", "round_shift", "shift_controls", "saturate", "params_layout", "load_layout"]
 
 
-def round_shift(m, p, shift):
+def shift_controls(m, shift, width, *, domain="comb", name="shift"):
+    """The shift-dependent half of :func:`round_shift` for a ``width - 1``-bit product:
+    ``(sh, half, below)`` with ``sh = min(shift, width - 1)``, ``half = 2**(sh-1)`` (0 when
+    ``sh == 0``) and ``below = half - 1``. With ``domain="sync"`` they are registered, which takes
+    the clamp, the decoder and the subtraction off the data path when the shift is known a cycle
+    ahead (a per-layer parameter, or a per-element shift that travels one stage ahead of its
+    product).
+    """
+    sh = Signal(range(width), name=f"{name}_clamped")
+    half = Signal(width, name=f"{name}_half")
+    below = Signal(width, name=f"{name}_below")
+    sh_c = Mux(shift > width - 1, width - 1, shift)
+    half_c = ((Const(1, width + 1) << sh_c) >> 1)[:width]
+    m.d[domain] += [sh.eq(sh_c), half.eq(half_c), below.eq((half_c - 1)[:width])]
+    return sh, half, below
+
+
+def round_shift(m, p, shift=None, *, controls=None):
     """Return ``(q, up)`` with ``q = p >> shift`` and ``up`` the round-half-to-even increment.
 
     This is the RTL form of :func:`sw.quant.round_shift_rne`: ``round_half_even(p / 2**shift)
     = q + up``. With ``q = p >> shift`` (arithmetic), the bits of ``p`` below the shift are the
     remainder ``r`` in two's complement, so ``r > half`` is "round bit and any lower bit set" and
-    ``r == half`` is "round bit and no lower bit set"; ties go to even ``q``.
+    ``r == half`` is "round bit and no lower bit set"; ties go to even ``q``. ``controls`` are
+    :func:`shift_controls` of the shift for ``width = len(p) + 1`` (then ``shift`` is not used).
     """
     # Shifts of len(p) or more all give 0 (|p| <= 2**(len(p)-1) <= half, and an exact tie at
     # -2**(len(p)-1) rounds to the even 0), so the shift is clamped to len(p) and p gets one more
@@ -25,14 +43,11 @@ def round_shift(m, p, shift):
     width = len(p) + 1
     pe = Signal(signed(width), name="p_ext")
     m.d.comb += pe.eq(p)
-    sh = Signal(range(width), name="shift_clamped")
-    m.d.comb += sh.eq(Mux(shift > width - 1, width - 1, shift))
-    half = Signal(width + 1, name="half")            # 2**(shift-1), or 0 when shift == 0
-    m.d.comb += half.eq((Const(1, width + 1) << sh) >> 1)
+    sh, half, below = controls if controls is not None else shift_controls(m, shift, width)
     q = Signal(signed(width), name="q")
     m.d.comb += q.eq(pe >> sh)
-    round_bit = (pe.as_unsigned() & half[:width]).any()
-    sticky = (pe.as_unsigned() & (half[:width] - 1)[:width]).any()
+    round_bit = (pe.as_unsigned() & half).any()
+    sticky = (pe.as_unsigned() & below).any()
     up = Signal(name="up")
     m.d.comb += up.eq(round_bit & (sticky | q[0]))
     return q, up
@@ -173,10 +188,14 @@ class Requant(wiring.Component):
         # Stage 2b: the product.
         v2b, sel2b = Signal(), Signal.like(self.i.p.sel)
         prods = [Signal(signed(quant.PRODUCT_BITS), name=f"prod_{lane}") for lane in range(L)]
-        shifts = [Signal(quant.SHIFT_BITS, name=f"shift_{lane}") for lane in range(L)]
         # Stage 3: arithmetic shift and rounding increment.
         v3, sel3 = Signal(), Signal.like(self.i.p.sel)
-        rounded = [round_shift(m, prods[lane], shifts[lane]) for lane in range(L)]
+        # The shift's controls are registered alongside the product (from the shift one stage
+        # ahead), so stage 3 is only the shifter and the remainder tests.
+        with m.If(en):
+            controls = [shift_controls(m, shift2[lane], quant.PRODUCT_BITS + 1, domain="sync",
+                                       name=f"shift_{lane}") for lane in range(L)]
+        rounded = [round_shift(m, prods[lane], controls=controls[lane]) for lane in range(L)]
         qs = [Signal.like(q, name=f"q_{lane}") for lane, (q, _) in enumerate(rounded)]
         ups = [Signal(name=f"up_{lane}") for lane in range(L)]
         # Stage 4: add the increment and saturate.
@@ -193,7 +212,6 @@ class Requant(wiring.Component):
                     shift1b[lane].eq(rd.data.shift[lane]),
                     shift2[lane].eq(shift1b[lane]),
                     prods[lane].eq((hi_p << LO) + lo_p),
-                    shifts[lane].eq(shift2[lane]),
                     qs[lane].eq(rounded[lane][0]),
                     ups[lane].eq(rounded[lane][1]),
                     self.o.p.y[lane].eq(sats[lane]),

@@ -5,7 +5,7 @@ from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from hw.mult18 import Mult18
-from hw.requant import round_shift, saturate
+from hw.requant import round_shift, saturate, shift_controls
 from hw.silu_lut import lut_address
 from hw.widths import index_bits
 from sw import quant
@@ -98,6 +98,10 @@ class SwigluGate(wiring.Component):
         busy = Signal()
         m.d.comb += busy.eq(Cat(v for v, _ in pipe).any())
 
+        # The layer's shift controls, registered: the row (and so its layer) is fixed from the
+        # cycle after it is taken, and the first product reaches the shifter PIPELINE - 1 cycles
+        # after the first table read, so they are settled long before.
+        controls = shift_controls(m, par.shift, 16 + quant.MULT_BITS + 1 + 1, domain="sync", name="shift_h")
         for lane in range(P):
             mem = memory.Memory(shape=signed(8), depth=quant.LUT_SIZE * self._layers, init=[])
             m.submodules[f"lut_{lane}"] = mem
@@ -120,7 +124,8 @@ class SwigluGate(wiring.Component):
             m.submodules[f"mul_h_{lane}"] = mul_h = Mult18(16, quant.MULT_BITS + 1)
             m.d.comb += [mul_act.a.eq(rp.data), mul_act.b.eq(up_d),
                          mul_h.a.eq(mul_act.p), mul_h.b.eq(par.mult)]
-            q, up = round_shift(m, mul_h.p, par.shift)
+            assert len(mul_h.p) + 1 == len(controls[1])
+            q, up = round_shift(m, mul_h.p, controls=controls)
             q_r = Signal.like(q, name=f"q_r_{lane}")
             up_r = Signal(name=f"up_r_{lane}")
             m.d.sync += [q_r.eq(q), up_r.eq(up)]
