@@ -228,6 +228,24 @@ def _clean(line):
     return re.sub(r"^Info:\s?", "", line).rstrip()
 
 
+#: Where a packed cell's name stops being the RTL signal's (Yosys/nextpnr add these).
+_CELL_SUFFIX_RE = re.compile(r"_(TRELLIS_|LUT4|CCU2C|PFUMX|L6MUX21|MULT18X18D|DP16KD)|\$")
+
+
+def _path_signals(steps):
+    """The RTL signals along a critical path: each step's source cell name cut where the
+    technology mapping's suffix begins, consecutive repeats and nextpnr's own cells dropped."""
+    signals = []
+    for step in steps:
+        cell = re.search(r"Source (\S+)", step)
+        if not cell:
+            continue
+        name = _CELL_SUFFIX_RE.split(cell.group(1), maxsplit=1)[0].rstrip(".")
+        if name and not name.startswith("$") and (not signals or signals[-1] != name):
+            signals.append(name)
+    return signals
+
+
 def parse_nextpnr_log(text, clock=None):
     """Extract Fmax and utilisation from the text of a nextpnr-ecp5 log.
 
@@ -248,7 +266,8 @@ def parse_nextpnr_log(text, clock=None):
         is constrained), ``dsp_used``,
         ``dsp_total``, ``ebr_used``, ``ebr_total``, ``lut4`` and ``lut4_total`` (nextpnr's
         "Total LUT4s", counted before packing), ``ff``,
-        ``ff_total``, ``comb``, ``comb_total``, ``critical_path`` (list of str; empty if
+        ``ff_total``, ``comb``, ``comb_total``, ``critical_path_signals`` (the RTL signals the
+        critical path runs through, in order), ``critical_path`` (list of str; empty if
         nextpnr printed no report for the clock).
 
     Raises
@@ -318,6 +337,7 @@ def parse_nextpnr_log(text, clock=None):
         steps = [b for b in body if re.match(r"\s*\S+\s+[0-9.]+\s+[0-9.]+\s", b)]
         summary = [b for b in body if "ns logic" in b]
         critical = [_clean(line)] + steps[:1] + steps[-1:] + summary[-1:]
+        result["critical_path_signals"] = _path_signals(steps)
     result["critical_path"] = critical
     return result
 
@@ -370,6 +390,8 @@ def format_table(report):
     ]
     rows += [("critical path" if i == 0 else "", line)
              for i, line in enumerate(report.get("critical_path", []))]
+    rows += [("  through" if i == 0 else "", signal)
+             for i, signal in enumerate(report.get("critical_path_signals", []))]
     width = max(len(name) for name, _ in rows)
     return "\n".join(f"{name:<{width}}  {value}" for name, value in rows)
 

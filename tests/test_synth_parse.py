@@ -157,6 +157,8 @@ def test_parse_failing_log_takes_final_warning_line():
     assert (r["lut4"], r["ff"], r["comb"]) == (6947, 2167, 7109)
     assert "21.95" in r["critical_path"][-2]
     assert r["critical_path"][-1] == "8.46 ns logic, 13.49 ns routing"
+    # The RTL signals along the path, from the cell names of every step.
+    assert r["critical_path_signals"] == ["harness.dut.requant.o__payload.sel", "harness.dut.asm.o__payload"]
 
 
 def test_missing_fmax_line_is_a_clear_error():
