@@ -62,8 +62,10 @@ class RowSequencer(wiring.Component):
         busy = Signal()
         kt = Signal.like(self.o.p.kt)
         nt = Signal.like(self.o.p.nt)
-        last = Signal()
-        m.d.comb += last.eq((kt == KT - 1) & (nt == NT - 1))
+        # `last` (this beat is the row's last) is a register, computed a cycle ahead from the
+        # counters' next values: `i.ready` depends on it, and through the dispatcher's choice of
+        # core it starts a long path (python -m hw.synth: critical path signals).
+        last = Signal(init=(KT == 1 and NT == 1))
 
         m.d.comb += [
             self.o.valid.eq(busy),
@@ -79,15 +81,15 @@ class RowSequencer(wiring.Component):
 
         m.d.comb += self.i.ready.eq((~busy | last) & self.credit)
 
+        kt_next = Mux(kt == KT - 1, 0, kt + 1)
+        nt_next = Mux(kt == KT - 1, Mux(nt == NT - 1, 0, nt + 1), nt)
         with m.If(busy):
-            with m.If(kt == KT - 1):
-                m.d.sync += [kt.eq(0), nt.eq(Mux(nt == NT - 1, 0, nt + 1))]
-            with m.Else():
-                m.d.sync += kt.eq(kt + 1)
+            m.d.sync += [kt.eq(kt_next), nt.eq(nt_next),
+                         last.eq((kt_next == KT - 1) & (nt_next == NT - 1))]
             with m.If(last):
                 m.d.sync += busy.eq(0)
         with m.If(self.i.valid & self.i.ready):
-            m.d.sync += [busy.eq(1), kt.eq(0), nt.eq(0)]
+            m.d.sync += [busy.eq(1), kt.eq(0), nt.eq(0), last.eq(KT == 1 and NT == 1)]
             if self._banks == 1:
                 m.d.sync += row.eq(self.i.p)
             else:
