@@ -49,8 +49,8 @@ YOWASP_TOOLS = {
 BUILD_OVERRIDES = {
     # Without it nextpnr exits 1 when Fmax < target and writes no bitstream; we want the
     # measurement either way (report.json says timing_met).
-    # router2: router1 needed >20 min and still had 155,200 of 238,226 arcs to go on the board top.
-    "nextpnr_opts": "--timing-allow-fail --router router2 --threads 2",
+    # (router2 was tried on the board top: its overuse stopped falling at ~30,000 wires.)
+    "nextpnr_opts": "--timing-allow-fail",
     # Amaranth names the wires of data.View elements "x[0]", next to the vector "x". yosys
     # 0.70's ABC9 reintegration (synth_ecp5) resolves bit names like "x[0]" to that
     # element wire and aborts with "Assert `GetSize(conn.first) == GetSize(conn.second)'
