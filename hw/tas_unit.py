@@ -129,7 +129,7 @@ class TasUnit(wiring.Component):
         for lv in range(_tree_levels(P)):
             nxt = []
             for k in range(0, len(level), 2):
-                width = 16 + lv + 1
+                width = len(products[0]) + lv + 1
                 reg = Signal(signed(width), name=f"sum_{lv}_{k // 2}")
                 m.d.sync += reg.eq(level[k] + level[k + 1] if k + 1 < len(level) else level[k])
                 nxt.append(reg)
