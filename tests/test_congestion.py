@@ -1,0 +1,77 @@
+"""hw.congestion: spread per band and the RUDY estimate on a hand-made placed netlist."""
+
+import json
+
+import pytest
+
+from hw import congestion
+
+
+def _cell(kind, x, y, conns, slot="SLICEA"):
+    return {"type": kind, "attributes": {"NEXTPNR_BEL": f"X{x}/Y{y}/{slot}"}, "connections": conns}
+
+
+def _netlist(cells):
+    return {"modules": {"top": {"attributes": {"top": "1"}, "cells": cells}}}
+
+
+NETLIST = _netlist({
+    "a": _cell("TRELLIS_COMB", 0, 0, {"F": [10], "A": [11]}),
+    "b": _cell("TRELLIS_FF", 1, 0, {"DI": [10], "Q": [12]}),     # net 10: (0,0)-(1,0)
+    "c": _cell("TRELLIS_COMB", 12, 2, {"A": [12], "B": [13]}),   # net 12: (1,0)-(12,2)
+    "d": _cell("MULT18X18D", 12, 2, {"A0": [13]}, "MULT18_0"),   # net 13: one place only
+    "e": {"type": "TRELLIS_FF", "attributes": {}, "connections": {"Q": [11]}},   # not placed
+})
+
+
+def test_band_counts_and_rudy():
+    cells = congestion.placed_cells(NETLIST)
+    assert len(cells) == 4
+    assert congestion.band_counts(cells) == {
+        "TRELLIS_COMB": [1, 1], "TRELLIS_FF": [1, 0], "MULT18X18D": [0, 1]}
+    grid = congestion.rudy(cells)
+    assert len(grid) == 3 and len(grid[0]) == 13
+    long = (12 + 3) / (12 * 3)              # net 12: a 12 x 3 box
+    assert grid[0][0] == pytest.approx(3 / 2)
+    assert grid[0][1] == pytest.approx(3 / 2 + long)
+    assert grid[2][12] == pytest.approx(long)   # net 13 has one place: no wire
+    assert grid[1][5] == pytest.approx(long)
+    # A planted change of the estimate is seen: without net 12 the far tile has no demand.
+    planted = json.loads(json.dumps(NETLIST))
+    planted["modules"]["top"]["cells"]["c"]["connections"]["A"] = [99]
+    assert congestion.rudy(congestion.placed_cells(planted))[2][12] == 0
+
+
+def test_cli_writes_plot_and_report(tmp_path, capsys):
+    placed = tmp_path / "placed.json"
+    placed.write_text(json.dumps(NETLIST))
+    assert congestion.main(["--placed", str(placed)]) == 0
+    report = json.loads((tmp_path / "congestion.json").read_text())
+    assert report["rudy_max_tile"] == [1, 0]
+    assert report["cells_per_band"]["TRELLIS_COMB"] == [1, 1]
+    assert (tmp_path / "congestion.png").stat().st_size > 0
+    assert "RUDY demand per tile" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("content, field", [
+    ("{", "not JSON"),
+    ('{"cells": {}}', "field 'modules'"),
+    (json.dumps(_netlist({"a": {"type": "TRELLIS_FF", "attributes": {}, "connections": {}}})),
+     "field 'NEXTPNR_BEL': no placed cells"),
+    (json.dumps(_netlist({"a": _cell("TRELLIS_FF", 0, 0, {})
+                          | {"attributes": {"NEXTPNR_BEL": "nowhere"}}})),
+     "cell 'a' field 'NEXTPNR_BEL'"),
+])
+def test_bad_input_one_line(tmp_path, capsys, content, field):
+    placed = tmp_path / "placed.json"
+    placed.write_text(content)
+    assert congestion.main(["--placed", str(placed)]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and str(placed) in err[0] and field in err[0]
+    assert not (tmp_path / "congestion.json").exists()
+
+
+def test_place_needs_a_synthesis_build(tmp_path, capsys):
+    assert congestion.main([str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    assert "top.json: not found" in err
