@@ -193,18 +193,19 @@ def main(argv=None) -> int:
         except json.JSONDecodeError as e:
             raise CongestionError(f"{placed}: not JSON: {e.msg} (line {e.lineno})") from None
         cells = placed_cells(netlist, str(placed))
+        placer = _top_module(netlist, str(placed)).get("settings", {}).get("placer", "?")
     except CongestionError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     grid = rudy(cells)
-    report = summarise(cells, grid)
+    report = summarise(cells, grid) | {"placer": placer}
     out_dir = args.out or placed.parent
     out_dir.mkdir(parents=True, exist_ok=True)
-    plot(grid, out_dir / "congestion.png", f"routing demand (RUDY) of {placed.name}")
+    plot(grid, out_dir / "congestion.png", f"routing demand (RUDY), nextpnr placer {placer}: {placed.name}")
     tmp = out_dir / "congestion.tmp.json"
     tmp.write_text(json.dumps(report, indent=2) + "\n")
     tmp.replace(out_dir / "congestion.json")
-    print(f"cells per band of {BAND} columns (left to right):")
+    print(f"placer {placer}; cells per band of {BAND} columns (left to right):")
     for kind, counts in report["cells_per_band"].items():
         print(f"  {kind:13s} " + " ".join(f"{c:5d}" for c in counts))
     print(f"RUDY demand per tile: mean {report['rudy_mean']}, 99th percentile {report['rudy_p99']}, "
