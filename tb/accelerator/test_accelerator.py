@@ -1,6 +1,13 @@
 """pytest driver: the whole accelerator's RTL on Verilator against a decode trace (default: the
 shipped golden/fastcar), under random idle and backpressure, with DRS, static assignment and a
-dense run compared on the same inputs; plus planted mismatches that must be caught."""
+dense run compared on the same inputs; plus planted mismatches that must be caught.
+
+Every seed and every mode is its own test and its own simulator process, so pytest-xdist
+(``-n auto``) runs them side by side; the workers share one Verilator build (``tb.runner.build``).
+Each run records what it measured (``record_property("fastcar_run", ...)``), and
+``tb/accelerator/conftest.py`` prints one summary table at the end of the session and checks the
+modes against each other (:func:`compare_modes`).
+"""
 
 import hashlib
 import json
@@ -18,16 +25,22 @@ from sw.perfmodel import trace_cycles
 from tb.runner import BUILD, CocotbFailure, run_cocotb
 
 HERE = Path(__file__).resolve().parent
+#: The no-stall runs, longest first so that a parallel session starts it first.
+MODES = ("dense", "static", "drs")
+
+
+def build_dir(cfg: AccelConfig) -> Path:
+    key = hashlib.sha1(json.dumps(cfg.to_dict(), sort_keys=True).encode()).hexdigest()[:8]
+    return BUILD / "accelerator" / f"verilator-{key}"
 
 
 def run(cfg: AccelConfig, env: dict, tag: str, testcase="run_trace"):
-    key = hashlib.sha1(json.dumps(cfg.to_dict(), sort_keys=True).encode()).hexdigest()[:8]
-    build_dir = BUILD / "accelerator" / f"verilator-{key}"
-    report = build_dir / f"cycles-{tag}.json"
+    report = build_dir(cfg) / f"cycles-{tag}.json"
     env = {"FASTCAR_ACCEL": json.dumps(cfg.to_dict()), "FASTCAR_REPORT": str(report), **env}
     run_cocotb(lambda: AxisAdapter(Accelerator(cfg)), toplevel="accelerator_axis",
-               test_module="cocotb_accelerator", test_dir=HERE, build_dir=build_dir, sim="verilator",
-               env=env, results_name=f"results-{tag}.xml", testcase=testcase)
+               test_module="cocotb_accelerator", test_dir=HERE, build_dir=build_dir(cfg), sim="verilator",
+               env=env, results_name=f"results-{tag}.xml", testcase=testcase, key=cfg.to_dict(),
+               public="ports")
     return json.loads(report.read_text())
 
 
@@ -35,14 +48,25 @@ def groups_option(request):
     return "full" if request.config.getoption("--full") else request.config.getoption("--groups")
 
 
-def test_trace_under_stalls(trace_dir, request, stall_seed):
+def summary(trace_dir, groups: str, rep: dict, mode: str, seed=None) -> str:
+    """What one run measured, as JSON for the session summary (tb/accelerator/conftest.py)."""
+    m = rep["modes"][mode]
+    return json.dumps({"trace": str(trace_dir), "groups": groups, "mode": mode, "seed": seed,
+                       "stall": rep["stall"], "n_groups": len(rep["groups"]),
+                       **{k: m[k] for k in ("total_cycles", "rows_replayed", "rows_computed", "rows_checked",
+                                            "sim_cycles", "wall_s", "cpu_s")}})
+
+
+def test_trace_under_stalls(trace_dir, request, stall_seed, record_property):
     """Every output byte and replay bit of the trace, with random idle cycles on the inputs and
     backpressure on the output (probability --stall; one run per seed, --seed and --seeds); the
     testbench's scoreboard counts rows in against rows out."""
     seed, stall = stall_seed, request.config.getoption("--stall")
-    rep = run(DEFAULT_ACCEL, {"FASTCAR_TRACE": str(trace_dir), "FASTCAR_GROUPS": groups_option(request),
+    groups = groups_option(request)
+    rep = run(DEFAULT_ACCEL, {"FASTCAR_TRACE": str(trace_dir), "FASTCAR_GROUPS": groups,
                               "FASTCAR_SEED": str(seed), "FASTCAR_STALL": str(stall),
                               "FASTCAR_MODES": "drs"}, f"stall-{seed}")
+    record_property("fastcar_run", summary(trace_dir, groups, rep, "drs", seed))
     m = rep["modes"]["drs"]
     print(f"\n{len(rep['groups'])} groups bit-exact under stalls (p={stall}, seed {seed}): "
           f"{m['rows_replayed']} rows replayed, {m['rows_computed']} computed")
@@ -61,30 +85,51 @@ def test_reset_mid_frame(trace_dir, request):
           f"(groups finished before: {[r['groups_before'] for r in rep['resets']]}); bit-exact after each")
 
 
-def test_trace_cycles(trace_dir, request):
-    """No stalls: DRS, static assignment and a dense run (tau = +inf) of the same inputs, all
-    bit-exact; prints the cycle counts, and DRS must beat static."""
-    rep = run(DEFAULT_ACCEL, {"FASTCAR_TRACE": str(trace_dir), "FASTCAR_GROUPS": groups_option(request),
-                              "FASTCAR_MODES": "drs,static,dense"}, "cycles")
-    drs, static, dense = (rep["modes"][k] for k in ("drs", "static", "dense"))
-    n = len(rep["groups"])
-    print(f"\n{n} groups: FastCar+DRS {drs['total_cycles']} cycles, static {static['total_cycles']}, "
-          f"dense {dense['total_cycles']}; "
-          f"speed-up over dense {dense['total_cycles'] / drs['total_cycles']:.3f}x, "
-          f"static takes {static['total_cycles'] / drs['total_cycles'] - 1:.1%} more than DRS")
-    assert drs["total_cycles"] < static["total_cycles"], "DRS is not faster than static assignment"
-    assert drs["total_cycles"] < dense["total_cycles"], "replay saved no cycles"
-    # The cycle model (sw/perfmodel.py, docs/architecture.md) against the RTL, group by group.
+def check_cycle_model(cfg: AccelConfig, trace_dir, rep: dict, mode: str, tolerance: float = 0.02) -> str:
+    """The cycle model (sw/perfmodel.py, docs/architecture.md) against the RTL, group by group;
+    AssertionError naming the worst group when it is off by more than ``tolerance``."""
     tr = load_decode_trace(trace_dir)
-    for mode, m in rep["modes"].items():
-        masks = tr.replay[rep["groups"]] if mode != "dense" else np.zeros((n, tr.dims["batch"]), int)
-        model = trace_cycles(DEFAULT_ACCEL, masks, static=(mode == "static"))
-        err = np.abs(model - np.array(m["cycles"])) / np.array(m["cycles"])
-        worst = int(np.argmax(err))
-        print(f"cycle model, {mode}: worst group {rep['groups'][worst]} measured {m['cycles'][worst]}, "
-              f"model {model[worst]} ({err[worst]:.2%}); total {model.sum()} vs {m['total_cycles']}")
-        assert err[worst] <= 0.02, f"{mode}: the cycle model is off by {err[worst]:.1%} on group " \
-                                   f"{rep['groups'][worst]}"
+    m, groups = rep["modes"][mode], rep["groups"]
+    n = len(groups)
+    masks = tr.replay[groups] if mode != "dense" else np.zeros((n, tr.dims["batch"]), int)
+    model = trace_cycles(cfg, masks, static=(mode == "static"))
+    err = np.abs(model - np.array(m["cycles"])) / np.array(m["cycles"])
+    worst = int(np.argmax(err))
+    assert err[worst] <= tolerance, (f"{mode}: the cycle model is off by {err[worst]:.1%} on group "
+                                     f"{groups[worst]} (RTL {m['cycles'][worst]}, model {model[worst]})")
+    return (f"cycle model, {mode}: worst group {groups[worst]} measured {m['cycles'][worst]}, "
+            f"model {model[worst]} ({err[worst]:.2%}); total {model.sum()} vs {m['total_cycles']}")
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_trace_cycles(trace_dir, request, mode, record_property):
+    """No stalls, one mode per run: FastCar with DRS, with static assignment, or dense (tau = +inf,
+    same inputs); bit-exact, and every group's cycles within 2 % of the cycle model. The session
+    summary compares the modes (DRS must beat static and dense)."""
+    groups = groups_option(request)
+    rep = run(DEFAULT_ACCEL, {"FASTCAR_TRACE": str(trace_dir), "FASTCAR_GROUPS": groups,
+                              "FASTCAR_MODES": mode}, f"cycles-{mode}")
+    record_property("fastcar_run", summary(trace_dir, groups, rep, mode))
+    m = rep["modes"][mode]
+    print(f"\n{len(rep['groups'])} groups, {mode}: {m['total_cycles']} cycles")
+    print(check_cycle_model(DEFAULT_ACCEL, trace_dir, rep, mode))
+
+
+def compare_modes(total: dict) -> None:
+    """DRS against static and dense on the same groups (``total[mode]`` = the RTL's cycles):
+    AssertionError unless FastCar with DRS is faster than both."""
+    drs, static, dense = (total[k] for k in ("drs", "static", "dense"))
+    assert drs < static, f"DRS is not faster than static assignment ({drs} cycles against {static})"
+    assert drs < dense, f"replay saved no cycles ({drs} cycles against {dense} dense)"
+
+
+def test_compare_modes_catches_a_slow_drs():
+    """The session's mode comparison fails when DRS loses to static or to dense."""
+    compare_modes({"drs": 100, "static": 120, "dense": 400})
+    with pytest.raises(AssertionError, match="static"):
+        compare_modes({"drs": 130, "static": 120, "dense": 400})
+    with pytest.raises(AssertionError, match="replay saved no cycles"):
+        compare_modes({"drs": 400, "static": 420, "dense": 400})
 
 
 def test_planted_mismatches_are_caught(tmp_path, request):
@@ -106,5 +151,6 @@ def test_planted_mismatches_are_caught(tmp_path, request):
         (bad / "manifest.json").write_text(json.dumps(manifest))
         with pytest.raises(CocotbFailure) as err:
             run(DEFAULT_ACCEL, {"FASTCAR_TRACE": str(bad), "FASTCAR_GROUPS": "first:1"}, f"planted-{what}")
-        assert "row" in str(err.value) and ("element 17" in str(err.value) if what == "y"
-                                            else "replay bit" in str(err.value)), str(err.value)
+        msg = str(err.value)
+        assert f"group {g} " in msg and "row" in msg, msg
+        assert ("row 2, element 17" in msg if what == "y" else "row 1: replay bit" in msg), msg
