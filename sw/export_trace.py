@@ -1,11 +1,14 @@
 """Export golden traces: FastCar decode traces from the shipped model, or a single-layer GEMM trace.
 
-With no arguments, ``python sw/export_trace.py`` loads the shipped model, calibrates the integer
-path (:mod:`sw.golden`), generates the default prompts with FastCar replay decided and computed by
-that integer path (exactly as the accelerator runs it), and writes a decode trace
-(:mod:`sw.decode_trace`, format in ``golden/README.md``) to ``build/traces/fastcar``. ``nox -s sim``
-checks the committed copy in ``golden/fastcar``; ``nox -s sim -- --trace build/traces/fastcar``
-checks a fresh one.
+With no arguments, ``python sw/export_trace.py`` loads the shipped model and its stored integer
+constants (``int8.safetensors``, :mod:`sw.int8`; ``--recalibrate`` calibrates them from the float
+model instead, :mod:`sw.golden`), generates the default prompts with FastCar replay decided and
+computed by that integer path (exactly as the accelerator runs it) around a float64 rollout of the
+rest of the model, and writes a decode trace (:mod:`sw.decode_trace`, format in
+``golden/README.md``) to ``build/traces/fastcar``. With stored constants and float64 the trace
+does not depend on the CPU's float kernels (``docs/quantization.md``, "What is reproducible across
+machines"). ``nox -s sim`` checks the committed copy in ``golden/fastcar``;
+``nox -s sim -- --trace build/traces/fastcar`` checks a fresh one.
 
 With ``--linear``, it writes the small single-layer trace described below instead.
 
@@ -100,20 +103,82 @@ def calibration_prompts(n: int = 8, seed: int = 1234) -> list[str]:
     return [str(p) for p in rng.choice(pool, size=n, replace=False)]
 
 
+def _display_path(path: Path) -> str:
+    """``path`` relative to the repository when it lies inside it (stable across clones)."""
+    repo = Path(__file__).resolve().parent.parent
+    try:
+        return str(Path(path).resolve().relative_to(repo))
+    except ValueError:
+        return str(path)
+
+
+def integer_constants(ckpt, *, int8_file=None, recalibrate: bool = False, dtype=None):
+    """The integer path for an export, and the manifest's record of where it came from.
+
+    By default the stored constants ``CHECKPOINT/int8.safetensors`` (:mod:`sw.int8`); a checkpoint
+    without that file, or ``recalibrate``, calibrates from the float model instead (in ``dtype``,
+    default float64), in memory only.
+    """
+    import torch
+
+    from sw import int8
+    from sw.golden import calibrate_default
+
+    path = Path(int8_file) if int8_file is not None else ckpt.path / int8.FILE_NAME
+    if recalibrate or (int8_file is None and not path.exists()):
+        ip, prov = calibrate_default(ckpt, dtype=dtype or torch.float64)
+        why = "--recalibrate" if recalibrate else f"no {int8.FILE_NAME} in the checkpoint"
+        return ip, {"file": None, "calibrated_at_export": why, "calibration": prov}
+    ip, meta = int8.load_for_checkpoint(path, ckpt)
+    return ip, {"file": _display_path(path), "sha256": int8.file_sha256(path), "source": meta["source"],
+                "calibration": meta["calibration"]}
+
+
+def rollout(ckpt, ip, prompts, frames: int, *, fastcar, sparse=None, cfg_scale=DEFAULT_CFG, seed: int = 0,
+            progress: bool = True):
+    """Generate ``prompts`` with the integer MLP and integer replay decisions of ``ip`` installed,
+    recording every layer at every decode step. Returns ``(records, tokens, stats)``, the records of
+    frame tokens only."""
+    import torch
+
+    from sw.model import generate
+
+    model, layout = ckpt.model, ckpt.layout
+    cond, uncond = layout.prompt_batch(prompts)
+    records = []
+    ip.install(model)
+    try:
+        with torch.no_grad():
+            tokens, stats = generate(model, cond, frames, seed=seed, cfg_scale=cfg_scale,
+                                     uncond_prompt_tokens=uncond if cfg_scale else None, fastcar=fastcar,
+                                     sparse=sparse, recorder=records.append, progress=progress)
+    finally:
+        model.set_mlp_override(None)
+        model.set_replay_rule(None)
+    return [r for r in records if r.frame is not None], tokens, stats
+
+
 def export_decode_trace(out, *, checkpoint=None, prompts=None, frames: int = 8, tau=DEFAULT_TAU,
                         strict: bool = False, refresh_every=None, max_chain=None, sinks=None, window=None,
                         cfg_scale: float | None = DEFAULT_CFG, seed: int = 0, force: bool = False,
-                        progress: bool = True) -> dict:
-    """Run the shipped model through the integer path with FastCar and write a decode trace."""
+                        progress: bool = True, int8_file=None, recalibrate: bool = False,
+                        dtype=None) -> dict:
+    """Run the shipped model through the integer path with FastCar and write a decode trace.
+
+    The integer constants come from the checkpoint's ``int8.safetensors`` (see
+    :func:`integer_constants`); the float part of the rollout (attention, norms, sampling) runs in
+    ``dtype``, float64 unless asked otherwise (float32 is for comparisons only: its last-bit
+    differences between CPUs flip int8 roundings).
+    """
     import torch
 
     from sw import data
     from sw.checkpoint import DEFAULT_CHECKPOINT, load_checkpoint
     from sw.decode_trace import write_decode_trace
     from sw.fastcar import FastCarConfig, SparseConfig
-    from sw.golden import calibrate
-    from sw.model import generate
+    from sw.golden import use_float64
 
+    dtype = dtype or torch.float64
     out = Path(out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())) and not force:
         raise TraceError(f"{out}: already exists and is not empty; pass --force to overwrite")
@@ -131,29 +196,14 @@ def export_decode_trace(out, *, checkpoint=None, prompts=None, frames: int = 8, 
         raise TraceError("--tau: NaN is not a threshold")
     fastcar = FastCarConfig(tau=taus, strict=strict, refresh_every=refresh_every, max_chain=max_chain)
     sparse = SparseConfig(sinks=sinks or 0, window=window) if window is not None else None
+
+    ip, constants = integer_constants(ckpt, int8_file=int8_file, recalibrate=recalibrate, dtype=dtype)
+    if dtype == torch.float64:
+        use_float64(model)
     model.set_max_seq_len(max(mc.max_seq_len, layout.prompt_len + frames * layout.tokens_per_frame))
+    recs, tokens, stats = rollout(ckpt, ip, prompts, frames, fastcar=fastcar, sparse=sparse,
+                                  cfg_scale=cfg_scale, seed=seed, progress=progress)
 
-    def batch(ps):
-        cond, uncond = layout.prompt_batch(ps)
-        return cond, (uncond if cfg_scale else None)
-
-    cal = calibration_prompts()
-    cond, uncond = batch(cal)
-    ip = calibrate(model, cond, min(frames, 8), seed=seed, cfg_scale=cfg_scale, uncond_prompt_tokens=uncond)
-
-    records = []
-    cond, uncond = batch(prompts)
-    ip.install(model)
-    try:
-        with torch.no_grad():
-            tokens, stats = generate(model, cond, frames, seed=seed, cfg_scale=cfg_scale,
-                                     uncond_prompt_tokens=uncond, fastcar=fastcar, sparse=sparse,
-                                     recorder=records.append, progress=progress)
-    finally:
-        model.set_mlp_override(None)
-        model.set_replay_rule(None)
-
-    recs = [r for r in records if r.frame is not None]
     G, B = len(recs), recs[0].x.shape[0]
     H, dh, d, f, L = mc.n_heads, mc.head_dim, mc.d_model, mc.d_ff, mc.n_layers
     t = {
@@ -172,13 +222,17 @@ def export_decode_trace(out, *, checkpoint=None, prompts=None, frames: int = 8, 
             t["q"][g], t["k_prev"][g] = q_q, k_q
             t["tas"][g] = quant.tas_int(q_q, k_q)
         t["replay"][g] = r.replay.numpy()
-        y = np.rint(r.mlp_out.double().numpy() / ip.layers[li].scales["s_y"])
-        t["y"][g] = y.astype(np.int8)
+        # The MLP output used is y_q * s_y (the integer path's, or the cached one): recover y_q.
+        y = r.mlp_out.double().numpy() / ip.layers[li].scales["s_y"]
+        if np.abs(y - np.rint(y)).max() > 1e-3:
+            raise TraceError(f"layer {li}: MLP output is not an int8 multiple of s_y "
+                             "(integer path not installed?)")
+        t["y"][g] = np.rint(y).astype(np.int8)
     for name in ("wg", "wu", "wd"):
         t[name] = np.stack([getattr(Lr, name) for Lr in ip.layers])
     for name in ("mult_g", "shift_g", "mult_u", "shift_u", "lut", "mult_h", "shift_h", "mult_d", "shift_d"):
-        dtype = {"lut": np.int8}.get(name, np.uint16 if name.startswith("mult") else np.uint8)
-        t[name] = np.stack([np.asarray(Lr.consts[name]) for Lr in ip.layers]).astype(dtype)
+        dtype_ = {"lut": np.int8}.get(name, np.uint16 if name.startswith("mult") else np.uint8)
+        t[name] = np.stack([np.asarray(Lr.consts[name]) for Lr in ip.layers]).astype(dtype_)
     t["threshold"] = np.array([ip.threshold(li, taus[li], strict=strict) for li in range(L)], np.int64)
 
     ratio_layer = stats.replay_ratio_per_layer().tolist()
@@ -192,8 +246,10 @@ def export_decode_trace(out, *, checkpoint=None, prompts=None, frames: int = 8, 
                    "row_order": "conditional rows first, then unconditional", "cfg_scale": cfg_scale,
                    "seed": seed, "tau": taus, "strict": strict, "score": "logit",
                    "refresh_every": refresh_every, "max_chain": max_chain,
-                   "sparse": None if sparse is None else {"sinks": sparse.sinks, "window": sparse.window}},
-        "calibration_prompts": cal,
+                   "sparse": None if sparse is None else {"sinks": sparse.sinks, "window": sparse.window},
+                   "float_dtype": str(dtype).removeprefix("torch.")},
+        "integer_constants": constants,
+        "calibration_prompts": constants["calibration"].get("prompts"),
         "scales": [Lr.scales for Lr in ip.layers],
         "replay_ratio": float(stats.replay_ratio()),
         "replay_ratio_per_layer": [float(v) for v in ratio_layer],
@@ -201,7 +257,8 @@ def export_decode_trace(out, *, checkpoint=None, prompts=None, frames: int = 8, 
     }
     write_decode_trace(out, manifest, t, force=force)
     return {"out": str(out), "groups": G, "batch": B, "replay_ratio": manifest["replay_ratio"],
-            "replay_ratio_per_layer": manifest["replay_ratio_per_layer"]}
+            "replay_ratio_per_layer": manifest["replay_ratio_per_layer"],
+            "integer_constants": constants["file"] or f"calibrated ({constants['calibrated_at_export']})"}
 
 
 def main(argv=None) -> int:
@@ -224,11 +281,21 @@ def main(argv=None) -> int:
                     help="guidance scale, 0 = off (default: %(default)s)")
     ap.add_argument("--checkpoint", type=Path, default=None,
                     help="model directory (default: the shipped model)")
+    ap.add_argument("--int8", type=Path, default=None, metavar="FILE",
+                    help="integer constants (default: CHECKPOINT/int8.safetensors; a checkpoint without "
+                         "it is calibrated at export)")
+    ap.add_argument("--recalibrate", action="store_true",
+                    help="calibrate the integer constants from the float model (float64) instead of "
+                         "reading them; nothing is written but the trace (python -m sw.golden --calibrate "
+                         "writes a new int8.safetensors)")
     ap.add_argument("--seed", type=int, default=0, help="sampling seed (default: %(default)s)")
     ap.add_argument("--linear", action="store_true", help="write a single-layer GEMM trace instead")
     ap.add_argument("--tile", type=Path, default=None, help="--linear: tile geometry as JSON")
     ap.add_argument("--batch", type=int, default=16,
                     help="--linear: rows of activations (default: %(default)s)")
+    ap.add_argument("--threads", type=int, default=1,
+                    help="torch threads of the float rollout (default: %(default)s; the tiny matrices run "
+                         "fastest on one, and the trace does not depend on it)")
     ap.add_argument("--force", action="store_true", help="overwrite an existing trace directory")
     args = ap.parse_args(argv)
     try:
@@ -241,6 +308,13 @@ def main(argv=None) -> int:
             print(f"wrote {info['out']}: {info['batch']} rows, tile {tile.to_dict()}, "
                   f"int8 vs float relative error {info['relative_error']:.4f}")
             return 0
+        if args.threads < 1:
+            raise TraceError(f"--threads must be at least 1, not {args.threads}")
+        import torch
+
+        torch.set_num_threads(args.threads)
+        if args.recalibrate and args.int8 is not None:
+            raise TraceError("--recalibrate and --int8: give one of them")
         try:
             taus = [float(v) for v in args.tau.split(",")]
         except ValueError:
@@ -254,13 +328,15 @@ def main(argv=None) -> int:
                                    tau=taus[0] if len(taus) == 1 else taus, strict=args.strict,
                                    refresh_every=args.refresh_every, max_chain=args.max_chain,
                                    sinks=args.sinks, window=args.sparse_window, cfg_scale=args.cfg or None,
-                                   seed=args.seed, force=args.force)
+                                   seed=args.seed, force=args.force, int8_file=args.int8,
+                                   recalibrate=args.recalibrate)
     except (TraceError, ConfigError, quant.QuantError, CheckpointError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     per_layer = ", ".join(f"{v:.2f}" for v in info["replay_ratio_per_layer"])
     print(f"wrote {info['out']}: {info['groups']} groups x {info['batch']} rows, "
-          f"replay ratio {info['replay_ratio']:.3f} (per layer {per_layer})")
+          f"replay ratio {info['replay_ratio']:.3f} (per layer {per_layer}); integer constants: "
+          f"{info['integer_constants']}")
     return 0
 
 

@@ -11,6 +11,10 @@ int8 result leaves (``y_q * s_y``).
 
 :meth:`IntegerPath.install` plugs it into a :class:`sw.model.Decoder`, so that generation runs
 with the integer MLP and integer replay decisions, exactly as the accelerator would.
+
+The shipped model's constants are stored (:mod:`sw.int8`, ``int8.safetensors``) rather than
+recalibrated by every export: ``python -m sw.golden --calibrate`` writes a new file from a float64
+calibration, ``python -m sw.golden --from-trace DIR`` takes the constants of a decode trace.
 """
 
 from __future__ import annotations
@@ -44,14 +48,25 @@ def _mult_shift(scale):
 
 
 def quantize_layer(mlp, amax: dict) -> LayerInt:
-    """Integer constants for one SwiGLU MLP (``nn.Module`` with gate/up/down projections)."""
+    """Integer constants for one SwiGLU MLP (``nn.Module`` with gate/up/down projections), from the
+    calibration maxima ``amax`` of x, gate, up, act, h, y, q and k."""
+    return quantize_layer_scales(mlp, {f"s_{k}": _scale(amax[k]) for k in ("x", "gate", "up", "act", "h", "y",
+                                                                         "q", "k")})
+
+
+def quantize_layer_scales(mlp, scales: dict) -> LayerInt:
+    """Integer constants for one SwiGLU MLP from its activation scales ``s_x .. s_k``.
+
+    Everything here is deterministic IEEE arithmetic (weight maxima, divisions, rounding) except the
+    SiLU table, which calls ``exp``; the constants are stored (:mod:`sw.int8`) rather than rebuilt.
+    """
     wg_f = mlp.gate_proj.weight.detach().double().numpy().T       # [d, d_ff]
     wu_f = mlp.up_proj.weight.detach().double().numpy().T
     wd_f = mlp.down_proj.weight.detach().double().numpy().T       # [d_ff, d]
     wg, s_wg = quant.quantize_weight(wg_f)
     wu, s_wu = quant.quantize_weight(wu_f)
     wd, s_wd = quant.quantize_weight(wd_f)
-    s = {k: _scale(amax[k]) for k in ("x", "gate", "up", "act", "h", "y", "q", "k")}
+    s = {k: float(scales[f"s_{k}"]) for k in ("x", "gate", "up", "act", "h", "y", "q", "k")}
     mult_g, shift_g = _mult_shift(s["x"] * s_wg / s["gate"])
     mult_u, shift_u = _mult_shift(s["x"] * s_wu / s["up"])
     mult_h, shift_h = _mult_shift(s["act"] * s["up"] / s["h"])
@@ -92,6 +107,8 @@ class IntegerPath:
     def mlp(self, layer: int, x: torch.Tensor) -> torch.Tensor:
         """Float in, float out, integer inside: the MLP override for :class:`sw.model.Decoder`."""
         y_q = self.mlp_int(layer, self.quantize_x(layer, x.detach().cpu().numpy()))
+        if x.dtype == torch.float64:
+            return torch.from_numpy(y_q.astype(np.float64) * self.layers[layer].scales["s_y"])
         return torch.from_numpy(y_q.astype(np.float32) * np.float32(self.layers[layer].scales["s_y"]))
 
     # -- the temporal attention score ---------------------------------------------------------
@@ -137,7 +154,7 @@ def calibrate(model, prompt_tokens: torch.Tensor, frames: int, *, seed: int = 0,
     def recorder(rec):
         li = rec.layer
         mlp = model.layers[li].mlp
-        x = rec.x.float()
+        x = rec.x
         gate = mlp.gate_proj(x)
         up = mlp.up_proj(x)
         act = torch.nn.functional.silu(gate)
@@ -156,6 +173,43 @@ def calibrate(model, prompt_tokens: torch.Tensor, frames: int, *, seed: int = 0,
                  uncond_prompt_tokens=uncond_prompt_tokens, recorder=recorder, progress=progress)
         layers = [quantize_layer(model.layers[li].mlp, amax[li]) for li in range(n_layers)]
     return IntegerPath(layers, model.config.n_heads, model.config.head_dim)
+
+
+def use_float64(model) -> None:
+    """Cast ``model`` to float64 in place, RoPE tables included (computed by scalar ``math``).
+
+    The trace export runs its float rollout this way: the rounding differences of float kernels
+    between CPUs (instruction sets, thread counts) are about 1e-16 relative in float64, far below
+    the distance of any quantised value from a rounding boundary (``docs/quantization.md``).
+    """
+    model.double()
+    model.set_max_seq_len(model.config.max_seq_len)
+
+
+#: How the shipped constants are calibrated (the defaults of :func:`calibrate_default`).
+CALIBRATION = {"prompts": "sw.export_trace.calibration_prompts()", "frames": 8, "seed": 0, "cfg_scale": 1.5,
+               "statistic": "max |value| per layer over a dense rollout, mapped to 127"}
+
+
+def calibrate_default(ckpt, *, dtype=torch.float64) -> tuple[IntegerPath, dict]:
+    """Calibrate ``ckpt``'s model as the shipped constants are calibrated; returns the integer path
+    and the provenance record stored with it. The model is cast to ``dtype`` (float64: see
+    :func:`use_float64`)."""
+    from sw.export_trace import calibration_prompts
+
+    model = ckpt.model
+    if dtype == torch.float64:
+        use_float64(model)
+    frames = CALIBRATION["frames"]
+    model.set_max_seq_len(max(model.config.max_seq_len,
+                              ckpt.layout.prompt_len + frames * ckpt.layout.tokens_per_frame))
+    prompts = calibration_prompts()
+    cond, uncond = ckpt.layout.prompt_batch(prompts)
+    ip = calibrate(model, cond, frames, seed=CALIBRATION["seed"], cfg_scale=CALIBRATION["cfg_scale"],
+                   uncond_prompt_tokens=uncond)
+    prov = {**CALIBRATION, "prompts": prompts, "dtype": str(dtype).removeprefix("torch."),
+            "torch": torch.__version__}
+    return ip, prov
 
 
 def integer_vs_float(ckpt, prompts, *, frames: int = 8, cfg_scale: float = 1.5, seed: int = 0,
@@ -202,14 +256,62 @@ def main(argv=None) -> int:
     import argparse
     import json
     import sys
+    from pathlib import Path
 
-    from sw import data
-    from sw.checkpoint import DEFAULT_CHECKPOINT, load_checkpoint
+    from sw import data, int8
+    from sw.atomic import OutputExistsError
+    from sw.checkpoint import DEFAULT_CHECKPOINT, CheckpointError, load_checkpoint
+    from sw.trace import TraceError
 
-    ap = argparse.ArgumentParser(description="Integer path against float on the shipped model.")
-    ap.add_argument("--checkpoint", default=DEFAULT_CHECKPOINT)
+    ap = argparse.ArgumentParser(description="Integer path against float on the shipped model; with "
+                                 "--calibrate or --from-trace, write the stored integer constants instead.")
+    ap.add_argument("--checkpoint", type=Path, default=DEFAULT_CHECKPOINT)
     ap.add_argument("--prompts", type=int, default=12, help="number of evaluation prompts")
+    ap.add_argument("--calibrate", action="store_true",
+                    help=f"calibrate (float64 rollout) and write the constants to --out "
+                         f"(default: CHECKPOINT/{int8.FILE_NAME})")
+    ap.add_argument("--from-trace", type=Path, default=None, metavar="DIR",
+                    help="write the constants of the decode trace DIR (checked against the model) to --out")
+    ap.add_argument("--out", type=Path, default=None,
+                    help=f"constants file (default: CHECKPOINT/{int8.FILE_NAME})")
+    ap.add_argument("--force", action="store_true", help="overwrite an existing constants file")
+    ap.add_argument("--threads", type=int, default=1, help="torch threads (default: %(default)s)")
     args = ap.parse_args(argv)
+    torch.set_num_threads(max(1, args.threads))
+    if args.calibrate or args.from_trace is not None:
+        try:
+            if args.calibrate and args.from_trace is not None:
+                raise int8.Int8Error("--calibrate and --from-trace: give one of them")
+            out = args.out or args.checkpoint / int8.FILE_NAME
+            if out.exists() and not args.force:
+                raise OutputExistsError(f"{out}: already exists; pass --force to overwrite")
+            ckpt = load_checkpoint(args.checkpoint)
+            model_sha = int8.file_sha256(ckpt.path / "model.safetensors")
+            if args.calibrate:
+                ip, prov = calibrate_default(ckpt)
+                source = f"python -m sw.golden --calibrate (checkpoint {ckpt.path.name})"
+            else:
+                from sw.decode_trace import load_decode_trace
+                from sw.export_trace import _display_path
+
+                tr = load_decode_trace(args.from_trace)
+                ip = int8.from_trace(tr, ckpt.model)
+                # A trace names its constants' calibration; older traces (before stored constants)
+                # were calibrated at export, in float32, as CALIBRATION describes.
+                known = (tr.manifest.get("integer_constants") or {}).get("calibration")
+                prov = dict(known) if isinstance(known, dict) else {
+                    **CALIBRATION, "prompts": tr.manifest.get("calibration_prompts"), "dtype": "float32"}
+                man_sha = int8.file_sha256(args.from_trace / "manifest.json")
+                prov["extracted_from"] = {"trace": _display_path(args.from_trace), "manifest_sha256": man_sha,
+                                          "trace_source": tr.manifest.get("source")}
+                source = (f"python -m sw.golden --from-trace {_display_path(args.from_trace)} "
+                          f"(checkpoint {ckpt.path.name})")
+            int8.save_int8(out, ip, model_sha256=model_sha, source=source, calibration=prov, force=args.force)
+        except (int8.Int8Error, CheckpointError, TraceError, OutputExistsError, quant.QuantError) as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 1
+        print(f"wrote {out}: {len(ip.layers)} layers, sha256 {int8.file_sha256(out)}")
+        return 0
     rng = np.random.default_rng(7)
     prompts = [str(p) for p in rng.choice(data.all_prompts(), size=args.prompts, replace=False)]
     from sw.export_trace import calibration_prompts
@@ -221,4 +323,7 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    # Run the imported module's main, so that sw.int8 and this command share one IntegerPath class.
+    from sw.golden import main as _main
+
+    raise SystemExit(_main())

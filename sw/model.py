@@ -232,7 +232,8 @@ class ModelConfig:
 
 
 class RMSNorm(nn.Module):
-    """Root-mean-square layer norm with a learned gain (computed in float32, as HF LLaMA)."""
+    """Root-mean-square layer norm with a learned gain (computed in float32, as HF LLaMA; in
+    float64 when the input is float64)."""
 
     def __init__(self, dim: int, eps: float):
         super().__init__()
@@ -242,7 +243,7 @@ class RMSNorm(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Normalise the last dimension of ``x``."""
         dtype = x.dtype
-        x32 = x.float()
+        x32 = x if dtype == torch.float64 else x.float()
         x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
         return self.weight * x32.to(dtype)
 
@@ -296,8 +297,12 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
     return x * cos + rotate_half(x) * sin
 
 
-def rope_tables(max_seq_len: int, head_dim: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """RoPE cosine and sine tables, computed as HF LLaMA does (float32).
+def rope_tables(max_seq_len: int, head_dim: int, theta: float, dtype: torch.dtype = torch.float32,
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+    """RoPE cosine and sine tables, computed as HF LLaMA does (float32), or in float64.
+
+    The float64 tables are computed with Python's scalar ``math`` functions rather than vectorised
+    kernels, so that they do not depend on the CPU's instruction set.
 
     Parameters
     ----------
@@ -308,11 +313,22 @@ def rope_tables(max_seq_len: int, head_dim: int, theta: float) -> tuple[torch.Te
     theta : float
         RoPE base.
 
+    dtype : torch.dtype
+        ``torch.float32`` (training, generation) or ``torch.float64`` (trace export).
+
     Returns
     -------
     cos, sin : torch.Tensor
-        float32 [max_seq_len, head_dim]; the two halves of each row are equal.
+        ``dtype`` [max_seq_len, head_dim]; the two halves of each row are equal.
     """
+    if dtype == torch.float64:
+        inv = [1.0 / theta ** (i / head_dim) for i in range(0, head_dim, 2)]
+        ang = [[p * f for f in inv] * 2 for p in range(max_seq_len)]
+        cos = torch.tensor([[math.cos(a) for a in row] for row in ang], dtype=torch.float64)
+        sin = torch.tensor([[math.sin(a) for a in row] for row in ang], dtype=torch.float64)
+        return cos.reshape(max_seq_len, head_dim), sin.reshape(max_seq_len, head_dim)
+    if dtype != torch.float32:
+        raise ValueError(f"RoPE tables are float32 or float64, not {dtype}")
     inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim))
     freqs = torch.arange(max_seq_len, dtype=torch.int64).float()[:, None] * inv_freq[None, :]
     emb = torch.cat((freqs, freqs), dim=-1)
@@ -488,7 +504,7 @@ class Decoder(nn.Module):
             New maximum sequence length (no weights depend on it).
         """
         self.config = dataclasses.replace(self.config, max_seq_len=max_seq_len)
-        cos, sin = rope_tables(max_seq_len, self.config.head_dim, self.config.rope_theta)
+        cos, sin = rope_tables(max_seq_len, self.config.head_dim, self.config.rope_theta, self.rope_cos.dtype)
         self.rope_cos = cos.to(self.rope_cos.device)
         self.rope_sin = sin.to(self.rope_sin.device)
 
@@ -827,7 +843,7 @@ def _sample(logits: torch.Tensor, temperature: float, top_k: int | None, generat
     """Sample one index per row of ``logits`` [B, C] (greedy when ``temperature == 0``)."""
     if temperature == 0:
         return logits.argmax(-1)
-    logits = logits.float() / temperature
+    logits = (logits if logits.dtype == torch.float64 else logits.float()) / temperature
     if top_k is not None and top_k < logits.shape[-1]:
         kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]
         logits = logits.masked_fill(logits < kth, -math.inf)

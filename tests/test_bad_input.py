@@ -236,6 +236,74 @@ def test_good_export_passes(tiny_ckpt, tmp_path):
     assert (tmp_path / "out" / "manifest.json").is_file()
 
 
+# ------------------------------------------------------------------ stored integer constants
+
+@pytest.fixture(scope="module")
+def int8_ckpt(tiny_ckpt, tmp_path_factory):
+    """The tiny checkpoint with its constants stored by `python -m sw.golden --calibrate`."""
+    d = tmp_path_factory.mktemp("int8") / "ckpt"
+    shutil.copytree(tiny_ckpt, d)
+    r = run("-m", "sw.golden", "--calibrate", "--checkpoint", d)
+    assert r.returncode == 0, r.stderr
+    assert (d / "int8.safetensors").is_file()
+    return d
+
+
+def _edit_int8(f, tensors=None, meta=None):
+    from safetensors import safe_open
+    from safetensors.numpy import save_file as save_np
+
+    with safe_open(str(f), framework="np") as fh:
+        m = dict(fh.metadata())
+        t = {k: fh.get_tensor(k) for k in fh.keys()}  # noqa: SIM118
+    if tensors:
+        tensors(t)
+    if meta:
+        meta(m)
+    save_np(t, str(f), metadata=m)
+
+
+INT8_CASES = {
+    "truncated": (lambda f: f.write_bytes(f.read_bytes()[:200]), "int8.safetensors: cannot read"),
+    "shift above the spec": (lambda f: _edit_int8(f, lambda t: t["shift_d"].__setitem__((0, 0), 200)),
+                             f"int8.safetensors: field 'shift_d' has 200, above the spec's maximum "
+                             f"{quant.SHIFT_MAX}"),
+    "NaN scale": (lambda f: _edit_int8(f, lambda t: t["s_q"].__setitem__(1, np.nan)),
+                  "int8.safetensors: field 's_q' of layer 1 is nan"),
+    "wrong shape": (lambda f: _edit_int8(f, lambda t: t.update(lut=t["lut"][:, :255].copy())),
+                    "int8.safetensors: field 'lut' has shape [2, 255], expected [2, 256]"),
+    "another model's constants": (lambda f: _edit_int8(f, meta=lambda m: m.update(model_sha256="0" * 64)),
+                                  "int8.safetensors: metadata field 'model_sha256' is 0000"),
+}
+
+
+@pytest.mark.parametrize("case", INT8_CASES)
+def test_bad_int8_constants(int8_ckpt, tmp_path, case):
+    breakage, message = INT8_CASES[case]
+    ckpt = tmp_path / "ckpt"
+    shutil.copytree(int8_ckpt, ckpt)
+    breakage(ckpt / "int8.safetensors")
+    before = snapshot(ckpt)
+    r = run("sw/export_trace.py", "--checkpoint", ckpt, "--out", tmp_path / "out", "--frames", "2")
+    assert_one_clear_line(r, message)
+    assert snapshot(ckpt) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt"]
+
+
+def test_good_int8_constants_are_used(int8_ckpt, tmp_path):
+    """The unbroken file passes and is the one the trace names; a missing --int8 file is refused."""
+    r = run("sw/export_trace.py", "--checkpoint", int8_ckpt, "--out", tmp_path / "out", "--frames", "2")
+    assert r.returncode == 0, r.stderr
+    man = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    stored = hashlib.sha256((int8_ckpt / "int8.safetensors").read_bytes()).hexdigest()
+    assert man["integer_constants"]["sha256"] == stored
+    r = run("sw/export_trace.py", "--checkpoint", int8_ckpt, "--out", tmp_path / "out2", "--frames", "2",
+            "--int8", tmp_path / "none.safetensors")
+    assert_one_clear_line(r, "none.safetensors: missing")
+    r = run("-m", "sw.golden", "--calibrate", "--checkpoint", int8_ckpt)
+    assert_one_clear_line(r, "int8.safetensors: already exists; pass --force")
+
+
 # ------------------------------------------------------------------ Hugging Face checkpoints
 
 @pytest.fixture(scope="module")

@@ -492,3 +492,25 @@ def test_spatial_embedding_decode_matches_forward():
     # The embedding matters: without it the logits differ.
     model.embed_spatial.weight.data.zero_()
     assert not torch.allclose(model(tokens)[:, 5], full[:, 5])
+
+
+def test_float64_decoder_is_the_float32_one_in_more_bits():
+    """`sw.golden.use_float64` (what the trace export runs): RoPE tables, norms, decode and sampling
+    stay in float64 and agree with the float32 model to float32 precision."""
+    from sw.golden import use_float64
+    from sw.model import rope_tables
+
+    cos32, sin32 = rope_tables(64, 16, 10000.0)
+    cos64, sin64 = rope_tables(64, 16, 10000.0, torch.float64)
+    assert cos64.dtype == torch.float64 and torch.allclose(cos64.float(), cos32, atol=2e-5)
+    assert torch.allclose(sin64.float(), sin32, atol=2e-5)
+    m32, m64 = tiny_model(), tiny_model()
+    use_float64(m64)
+    assert m64.rope_cos.dtype == torch.float64 and m64.layers[0].mlp.gate_proj.weight.dtype == torch.float64
+    tokens = random_tokens(2)
+    l32, l64 = m32(tokens), m64(tokens)
+    assert l64.dtype == torch.float64 and torch.allclose(l64.float(), l32, atol=1e-4)
+    prompt = tokens[:, :PROMPT]
+    t32, _ = generate(m32, prompt, 2, seed=3, progress=False)
+    t64, _ = generate(m64, prompt, 2, seed=3, progress=False)
+    assert torch.equal(t32, t64)
