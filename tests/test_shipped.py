@@ -1,12 +1,22 @@
-"""The shipped model and the committed decode trace agree with the one configuration."""
+"""The shipped model, its stored integer constants and the committed decode trace agree with the
+one configuration, and the export command makes the committed trace on any float code path."""
 
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
+import numpy as np
+import pytest
+
+from sw import int8
 from sw.checkpoint import load_checkpoint
 from sw.config import DEFAULT_TILE, SHIPPED_MODEL
 from sw.decode_trace import check_decode_trace, load_decode_trace
 
 REPO = Path(__file__).resolve().parent.parent
+GOLDEN = REPO / "golden" / "fastcar"
 
 
 def test_shipped_model_matches_config():
@@ -29,17 +39,82 @@ def test_committed_decode_trace_is_consistent():
     assert len(m["replay_ratio_per_layer"]) == 4
 
 
-def test_committed_trace_is_what_the_export_command_makes(tmp_path):
-    """`python sw/export_trace.py --out golden/fastcar` reproduces the committed trace bit for bit."""
-    import json
-    import subprocess
-    import sys
+#: Two float code paths for the same export: ATen's default-capability (non-vectorised) kernels and
+#: MKL's compatible (SSE2) BLAS path against what this CPU picks by itself. Their float64 results
+#: differ in the last bits (``python -m sw.reproducibility``); the traces must not.
+CODE_PATHS = {
+    "native": {},
+    "ATEN_CPU_CAPABILITY=default, MKL_CBWR=COMPATIBLE": {"ATEN_CPU_CAPABILITY": "default",
+                                                        "MKL_CBWR": "COMPATIBLE"},
+}
 
-    out = tmp_path / "fastcar"
-    r = subprocess.run([sys.executable, "sw/export_trace.py", "--out", str(out)], cwd=REPO,
-                       capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr[-2000:]
-    fresh = json.loads((out / "manifest.json").read_text())["tensors"]
-    shipped = json.loads((REPO / "golden" / "fastcar" / "manifest.json").read_text())["tensors"]
-    differ = [n for n in shipped if shipped[n]["sha256"] != fresh[n]["sha256"]]
-    assert not differ, f"tensors that differ from golden/fastcar: {differ}"
+
+@pytest.fixture(scope="module")
+def exports(tmp_path_factory):
+    """``python sw/export_trace.py --out DIR`` under each code path (run side by side, one thread each)."""
+    base = tmp_path_factory.mktemp("exports")
+    env = {k: v for k, v in os.environ.items() if k not in ("ATEN_CPU_CAPABILITY", "MKL_CBWR")}
+    procs = {}
+    for i, (name, extra) in enumerate(CODE_PATHS.items()):
+        out = base / f"fastcar-{i}"
+        procs[name] = (out, subprocess.Popen([sys.executable, "sw/export_trace.py", "--out", str(out)],
+                                             cwd=REPO, env={**env, **extra}, stdout=subprocess.PIPE,
+                                             stderr=subprocess.PIPE, text=True))
+    dirs = {}
+    for name, (out, proc) in procs.items():
+        _, err = proc.communicate(timeout=600)
+        assert proc.returncode == 0, (name, err[-2000:])
+        dirs[name] = out
+    return dirs
+
+
+@pytest.mark.parametrize("path", CODE_PATHS)
+def test_export_is_the_committed_trace_on_every_code_path(exports, path):
+    """`python sw/export_trace.py --out golden/fastcar` reproduces the committed trace bit for bit,
+    whichever float kernels the CPU runs: every tensor, the replay mask and the video tokens."""
+    fresh = json.loads((exports[path] / "manifest.json").read_text())
+    shipped = json.loads((GOLDEN / "manifest.json").read_text())
+    differ = [n for n, e in shipped["tensors"].items() if e["sha256"] != fresh["tensors"][n]["sha256"]]
+    assert not differ, f"{path}: tensors that differ from golden/fastcar: {differ}"
+    for f in sorted(GOLDEN.glob("*.npy")):
+        assert (exports[path] / f.name).read_bytes() == f.read_bytes(), f.name
+    def rest(m):  # all but 'source', which names the torch version
+        return {k: v for k, v in m.items() if k != "source"}
+
+    assert rest(fresh) == rest(shipped)
+
+
+@pytest.mark.parametrize("path", CODE_PATHS)
+def test_exported_trace_verifies_by_integer_recomputation(exports, path):
+    r = subprocess.run([sys.executable, "-m", "sw.trace", str(exports[path])], cwd=REPO, capture_output=True,
+                       text=True)
+    assert r.returncode == 0, r.stderr
+
+
+def test_stored_constants_are_the_committed_traces():
+    """The stored integer constants (sw/checkpoints/default/int8.safetensors) are the committed
+    trace's: weights, (mult, shift), SiLU tables, scales and the thresholds they give."""
+    ck = load_checkpoint()
+    path = ck.path / int8.FILE_NAME
+    ip, meta = int8.load_for_checkpoint(path, ck)
+    tr = load_decode_trace(GOLDEN)
+    stored = int8.to_tensors(ip)
+    for name in ("wg", "wu", "wd", *int8.CONSTS):
+        assert stored[name].dtype == tr.t[name].dtype and np.array_equal(stored[name], tr.t[name]), name
+    for li, scales in enumerate(tr.manifest["scales"]):
+        assert ip.layers[li].scales == scales     # exactly: JSON round-trips float64
+        tau = tr.manifest["decode"]["tau"][li]
+        assert ip.threshold(li, tau) == tr.threshold[li]
+    assert tr.manifest["integer_constants"]["file"] == "sw/checkpoints/default/int8.safetensors"
+    assert tr.manifest["integer_constants"]["sha256"] == int8.file_sha256(path)
+    assert tr.manifest["decode"]["float_dtype"] == "float64"
+    assert meta["format"] == int8.FORMAT
+    assert meta["calibration"]["prompts"] == tr.manifest["calibration_prompts"]
+
+
+def test_stored_constants_follow_from_the_model():
+    """The committed trace's weights are the shipped model's weights quantised by the spec, and its
+    (mult, shift) and SiLU tables follow from its scales (what `python -m sw.golden --from-trace` checks)."""
+    ck = load_checkpoint()
+    ip = int8.from_trace(load_decode_trace(GOLDEN), ck.model)
+    assert len(ip.layers) == ck.model.config.n_layers
