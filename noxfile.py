@@ -72,7 +72,9 @@ def sim(session):
     env = {"FASTCAR_WAVES": "1"} if args.waves else {}
     # Seeds and modes are separate tests: pytest-xdist runs them side by side, and the session ends
     # with one summary table (conftest.py).
-    session.run("pytest", "-q", "-n", "auto", "--dist", "worksteal", "tb/accelerator",
+    # With --waves the runs share one waveform file in the build directory, so they run one by one.
+    workers = "0" if args.waves else "auto"
+    session.run("pytest", "-q", "-n", workers, "--dist", "worksteal", "tb/accelerator",
                 "-k", "stalls or cycles", f"--trace-dir={args.trace}", *rest, env=env)
 
 

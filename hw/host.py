@@ -3,6 +3,8 @@ reverse for its outputs. Bit layouts come from the gateware's own layouts (``hw/
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 from amaranth.hdl import Shape
 from amaranth.lib import data
@@ -14,7 +16,7 @@ from hw.swiglu_gate import h_params_layout
 from hw.systolic_array import weight_layout
 from sw.config import AccelConfig
 
-__all__ = ["trace_layers", "config_words", "pack_struct", "row_beats", "group_beats", "unpack_y"]
+__all__ = ["trace_layers", "config_words", "pack_struct", "row_beats", "group_frames", "group_beats", "unpack_y"]
 
 
 def trace_layers(tr) -> list[dict]:
@@ -59,10 +61,11 @@ def config_words(cfg: AccelConfig, layers: list[dict], *, static: bool = False,
     return words
 
 
+@functools.lru_cache(maxsize=16)
 def _int8_struct_fields(layout: data.StructLayout) -> list[tuple[str, int, int, int | None, bool]]:
     """``(name, offset, width, length, signed)`` of each field of a struct whose members are scalars
     or arrays of 8-bit integers, read from the layout itself (``length`` is None for a scalar)."""
-    fields = []
+    fields = []   # returned from a cache: callers must not change it
     for name in layout.members:
         f = layout[name]
         if isinstance(f.shape, data.ArrayLayout):
@@ -100,10 +103,11 @@ def pack_struct(layout: data.StructLayout, value: dict) -> int:
     return bits
 
 
-def row_beats(cfg: AccelConfig, tr, g: int, *, threshold: int | None = None) -> list[tuple[int, bool]]:
+def row_beats(cfg: AccelConfig, tr, g: int, *, threshold: int | None = None,
+              layout=None) -> list[tuple[int, bool]]:
     """``(data bits, last)`` of the rows of group ``g`` of a decode trace (``threshold`` overrides
-    the trace's, e.g. ``2**31`` for a dense run)."""
-    lay = row_in_layout(cfg)
+    the trace's, e.g. ``2**31`` for a dense run; ``layout``: :func:`row_in_layout` if given)."""
+    lay = layout if layout is not None else row_in_layout(cfg)
     n = int(tr.group_layer[g])
     B = tr.dims["batch"]
     beats = []
@@ -116,6 +120,12 @@ def row_beats(cfg: AccelConfig, tr, g: int, *, threshold: int | None = None) -> 
             "layer": n, "frame": int(tr.group_frame[g]), "index": int(tr.group_index[g]), "row": b,
         }), b == B - 1))
     return beats
+
+
+def group_frames(cfg: AccelConfig, tr, groups, *, threshold: int | None = None) -> list[list[int]]:
+    """The row beats of each of ``groups`` (one list per group, as one AXI4-Stream frame)."""
+    lay = row_in_layout(cfg)
+    return [[bits for bits, _ in row_beats(cfg, tr, g, threshold=threshold, layout=lay)] for g in groups]
 
 
 def unpack_y(bits: int, d: int) -> np.ndarray:

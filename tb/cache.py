@@ -19,7 +19,7 @@ from sw.atomic import atomic_file
 REPO = Path(__file__).resolve().parent.parent
 CACHE = REPO / "build" / "tb" / "cache"
 
-__all__ = ["content_key", "cached_config_words"]
+__all__ = ["content_key", "cached_config_words", "cached_array"]
 
 
 def content_key(*parts) -> str:
@@ -70,3 +70,18 @@ def cached_config_words(cfg, layers: list[dict], *, cache_dir: Path = CACHE, **k
     with atomic_file(path) as tmp:
         Path(tmp).write_text(json.dumps([format(w, "x") for w in words]))
     return words
+
+
+def cached_array(name: str, parts, compute, *, cache_dir: Path = CACHE) -> np.ndarray:
+    """``compute()`` (a numpy array), stored under ``name`` and the content hash of ``parts``."""
+    path = Path(cache_dir) / f"{name}-{content_key(*parts)[:24]}.npy"
+    if path.exists():
+        try:
+            return np.load(path)
+        except (ValueError, OSError):
+            pass   # a damaged cache file is recomputed and replaced
+    value = np.asarray(compute())
+    with atomic_file(path) as tmp:
+        with open(tmp, "wb") as f:
+            np.save(f, value)
+    return value

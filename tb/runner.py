@@ -159,7 +159,7 @@ _built: dict[tuple[str, Path, bool], object] = {}
 
 
 def build(make_top, toplevel: str, build_dir: Path, sim: str, *, waves: bool = False,
-          extra_sources=(), key=None, public: str = "all"):
+          extra_sources=(), key=None, public: str = "all", fast: bool | None = None):
     """Export ``make_top()`` to Verilog and build it for ``sim`` (once per build directory).
 
     ``make_top`` is a callable so that nothing is elaborated when the build is cached. With ``key``
@@ -167,12 +167,15 @@ def build(make_top, toplevel: str, build_dir: Path, sim: str, *, waves: bool = F
     whose Verilog was made from the same sources (:func:`design_key`) is not elaborated again.
     ``public="ports"`` (Verilator) makes only the top level's ports visible to cocotb instead of
     every signal (cocotb's default), which lets Verilator optimise the design; testbenches that
-    only touch ports should use it. Parallel workers share a build directory safely (a lock file).
+    only touch ports should use it, and it brings :data:`VERILATOR_FAST` and
+    :data:`VERILATOR_OPT_FAST` along (``fast`` overrides that choice, for measuring it).
+    Parallel workers share a build directory safely (a lock file).
     """
     from amaranth.back import verilog
 
     ensure_verilator_on_path()
     build_dir = Path(build_dir)
+    fast = (public == "ports") if fast is None else fast
     cache = (sim, build_dir, waves)
     if cache in _built:
         return _built[cache]
@@ -202,6 +205,7 @@ def build(make_top, toplevel: str, build_dir: Path, sim: str, *, waves: bool = F
                 if not vlt.exists() or vlt.read_text() != text:
                     vlt.write_text(text)
                 sources.insert(0, vlt)   # cocotb takes the last source's language as the top's
+            if fast:
                 build_args += VERILATOR_FAST
         saved = os.environ.get("MAKEFLAGS")
         if sim == "verilator":
@@ -209,7 +213,7 @@ def build(make_top, toplevel: str, build_dir: Path, sim: str, *, waves: bool = F
             # precompiled header is passed to c++ as an input file and the build fails; a make
             # command-line variable (through MAKEFLAGS) puts the missing flag back.
             flags = ["CFG_CXXFLAGS_PCH_I=-include"]
-            if public == "ports":
+            if fast:
                 flags.append(f"OPT_FAST={VERILATOR_OPT_FAST}")
             os.environ["MAKEFLAGS"] = " ".join(filter(None, [saved, *flags]))
         try:
@@ -226,16 +230,17 @@ def build(make_top, toplevel: str, build_dir: Path, sim: str, *, waves: bool = F
 
 def run_cocotb(make_top, *, toplevel: str, test_module: str, test_dir: Path, build_dir: Path, sim: str,
                env: dict[str, str], results_name: str = "results.xml", testcase=None,
-               extra_sources=(), key=None, public: str = "all") -> int:
+               extra_sources=(), key=None, public: str = "all", fast: bool | None = None) -> int:
     """Build (cached), run the cocotb tests, and raise :class:`CocotbFailure` on any failure.
 
     Set ``FASTCAR_WAVES=1`` to dump waveforms into ``build_dir``. ``extra_sources`` are further
-    Verilog files (simulation models of vendor primitives); ``key`` and ``public`` as in :func:`build`.
+    Verilog files (simulation models of vendor primitives); ``key``, ``public`` and ``fast`` as in
+    :func:`build`.
     Returns the number of cocotb tests that ran.
     """
     waves = os.environ.get("FASTCAR_WAVES", "0") not in ("", "0")
     runner = build(make_top, toplevel, build_dir, sim, waves=waves, extra_sources=extra_sources,
-                   key=key, public=public)
+                   key=key, public=public, fast=fast)
     results = Path(build_dir) / results_name
     if results.exists():
         results.unlink()

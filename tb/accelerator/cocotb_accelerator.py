@@ -31,16 +31,16 @@ import time
 import cocotb
 import numpy as np
 from cocotb.clock import Clock
-from cocotb.triggers import ClockCycles, FallingEdge, ReadOnly, RisingEdge, with_timeout
+from cocotb.triggers import ClockCycles, Edge, Event, FallingEdge, ReadOnly, RisingEdge, Timer, with_timeout
 from cocotb.utils import get_sim_time
 from cocotbext.axi import AxiStreamBus, AxiStreamFrame, AxiStreamMonitor, AxiStreamSink, AxiStreamSource
 
-from hw.host import row_beats, trace_layers
+from hw.host import group_frames, trace_layers
 from sw import quant
 from sw.config import AccelConfig
 from sw.decode_trace import load_decode_trace, select_groups
 from sw.perfmodel import trace_cycles
-from tb.cache import cached_config_words
+from tb.cache import cached_array, cached_config_words
 from tb.stalls import random_pauses
 
 CLOCK_NS = 10
@@ -49,38 +49,58 @@ CLOCK_NS = 10
 class BeatDriver:
     """Drives an AXI4-Stream input signal by signal, for runs without idle cycles.
 
-    Each beat is written at a falling edge; the driver then sleeps until ``tready`` is high (a
-    value-change trigger, not a poll) and counts the beat as taken at the next rising edge. Between
-    beats of back-to-back frames ``tvalid`` stays high. The cost is a few Python wake-ups per beat,
-    none per idle cycle.
+    Like cocotbext-axi's source, it decides at each rising edge whether the beat was taken (by
+    ``tready`` before the edge) and writes the next beat right after it; unlike the source, it
+    never polls: ``tready`` is followed by a value-change trigger (it changes a few times per group
+    on ``x`` and never on the always-ready configuration stream), and while it is low the driver
+    sleeps. Between beats of back-to-back frames ``tvalid`` stays high. The cost is one Python
+    wake-up and one write per beat, and none per idle cycle.
     """
 
-    def __init__(self, bus, clock):
-        self.bus, self.clock = bus, clock
+    def __init__(self, bus, clock, on_frame=None):
+        self.bus, self.clock, self.on_frame = bus, clock, on_frame
         self.has_tlast = hasattr(bus, "tlast")
         bus.tvalid.value = 0
         if self.has_tlast:
             bus.tlast.value = 0
 
+    async def _follow_tready(self):
+        while True:
+            await Edge(self.bus.tready)
+            self.ready = bool(self.bus.tready.value)
+            if self.ready and self._wake is not None:
+                self._wake.set()
+
     async def send(self, frames):
         """Send ``frames`` (lists of beat values; ``tlast`` on the last beat of each) back to back."""
-        bus = self.bus
-        for beats in frames:
-            for i, value in enumerate(beats):
-                await FallingEdge(self.clock)
-                bus.tdata.value = value
-                if self.has_tlast:
-                    bus.tlast.value = int(i == len(beats) - 1)
-                bus.tvalid.value = 1
-                await ReadOnly()
-                if not bus.tready.value:
-                    # tready rises after a clock edge; the beat is taken at the edge after that.
-                    await RisingEdge(bus.tready)
-                await RisingEdge(self.clock)
-        await FallingEdge(self.clock)
-        bus.tvalid.value = 0
-        if self.has_tlast:
-            bus.tlast.value = 0
+        bus, edge = self.bus, RisingEdge(self.clock)
+        await edge
+        # tready as it is after the last change: at a rising edge, its value before that edge.
+        self.ready, self._wake = bool(bus.tready.value), None
+        follower = cocotb.start_soon(self._follow_tready())
+        try:
+            bus.tvalid.value = 1
+            for n, beats in enumerate(frames):
+                last = len(beats) - 1
+                for i, value in enumerate(beats):
+                    bus.tdata.value = value
+                    if self.has_tlast and i in (0, last):
+                        bus.tlast.value = int(i == last)
+                    while True:
+                        if not self.ready:
+                            self._wake = Event()
+                            await self._wake.wait()       # tready rose after some edge
+                            self._wake = None
+                        await edge
+                        if self.ready:                    # it was high before this edge: taken
+                            break
+                if self.on_frame:
+                    self.on_frame(n)
+            bus.tvalid.value = 0
+            if self.has_tlast:
+                bus.tlast.value = 0
+        finally:
+            follower.cancel()
 
 
 class TB:
@@ -126,15 +146,16 @@ class TB:
         self.dut.rst.value = 0
         await ClockCycles(self.dut.clk, 2)
 
-    async def send(self, stream: str, frames):
-        """``frames`` (lists of beat values) on ``cfg`` or ``x``, through whichever driver is set."""
+    async def send(self, stream: str, frames, on_frame=None):
+        """``frames`` (lists of beat values) on ``cfg`` or ``x``, through whichever driver is set
+        (``on_frame(n)``: called when frame ``n`` has been taken, without stalls only)."""
         if self.stall:
             src = self.cfg_src if stream == "cfg" else self.x_src
             for beats in frames:
                 await src.send(AxiStreamFrame(list(beats)))
             await src.wait()
         else:
-            await BeatDriver(self.bus[f"s_axis_{stream}"], self.dut.clk).send(frames)
+            await BeatDriver(self.bus[f"s_axis_{stream}"], self.dut.clk, on_frame).send(frames)
 
     async def drop_inputs(self):
         """The host side of a reset: whatever was queued for the interrupted run is dropped."""
@@ -161,16 +182,23 @@ def beat_user(frame, beat):
 
 
 def expected(tr, groups, mode):
-    """Per group: the output rows and replay bits the RTL must give in ``mode``."""
+    """Per group: the output rows and replay bits the RTL must give in ``mode``. The dense outputs
+    (the integer golden model on every row) are cached by content (:func:`tb.cache.cached_array`)."""
     B = tr.dims["batch"]
     if mode == "dense":
-        want_y = {}
-        for n in sorted({int(tr.group_layer[g]) for g in groups}):
-            sel = [g for g in groups if tr.group_layer[g] == n]     # all rows of a layer in one call
-            ys = quant.swiglu_int8(tr.x[sel].reshape(-1, tr.dims["d_model"]), tr.wg[n], tr.wu[n], tr.wd[n],
-                                   tr.layer_consts(n)).reshape(len(sel), B, -1)
-            want_y.update(zip(sel, ys, strict=True))
-        return want_y, {g: np.zeros(B, dtype=np.uint8) for g in groups}
+        def compute():
+            ys = np.zeros((len(groups), B, tr.dims["d_model"]), np.int8)
+            for n in sorted({int(tr.group_layer[g]) for g in groups}):
+                sel = [i for i, g in enumerate(groups) if tr.group_layer[g] == n]   # a layer's rows at once
+                x = tr.x[[groups[i] for i in sel]].reshape(-1, tr.dims["d_model"])
+                ys[sel] = quant.swiglu_int8(x, tr.wg[n], tr.wu[n], tr.wd[n], tr.layer_consts(n)).reshape(
+                    len(sel), B, -1)
+            return ys
+        parts = [np.asarray(groups), tr.x[groups], tr.group_layer[groups],
+                 *(tr.t[k] for k in ("wg", "wu", "wd", "mult_g", "shift_g", "mult_u", "shift_u", "lut",
+                                     "mult_h", "shift_h", "mult_d", "shift_d"))]
+        ys = cached_array("dense-y", parts, compute)
+        return dict(zip(groups, ys, strict=True)), {g: np.zeros(B, dtype=np.uint8) for g in groups}
     return {g: tr.y[g] for g in groups}, {g: tr.replay[g] for g in groups}
 
 
@@ -185,16 +213,30 @@ async def run_mode(dut, tr, cfg, groups, mode, seed, stall, log, *, reset=True, 
     await tb.configure(cached_config_words(cfg, trace_layers(tr), static=(mode == "static"),
                                            refresh_every=tr.manifest["decode"].get("refresh_every"),
                                            max_chain=tr.manifest["decode"].get("max_chain")))
+    config_cycles = int((get_sim_time("ns") - sim0) // CLOCK_NS)
+    config_cpu = time.process_time() - cpu0
     B, d = tr.dims["batch"], tr.dims["d_model"]
+    y_bytes, rows = tb.width["m_axis_y"] // 8, np.arange(B)
     threshold = None if mode != "dense" else quant.THRESHOLD_NEVER
     want_y, want_r = expected(tr, groups, mode)
-    frames = [[bits for bits, _ in row_beats(cfg, tr, g, threshold=threshold)] for g in groups]
+    frames = group_frames(cfg, tr, groups, threshold=threshold)
     first_group = int(dut.groups.value)
-    feed = cocotb.start_soon(tb.send("x", frames))
+    # Model-only stretches: from a group's last row taken to its output frame, the testbench's
+    # Python sleeps (but for the few beats of the output); their speed is the simulator's own under
+    # this run's activity.
+    taken, quiet = {}, [0, 0.0]
+
+    def frame_taken(n):
+        taken[n] = (get_sim_time("ns"), time.process_time())
+
+    feed = cocotb.start_soon(tb.send("x", frames, frame_taken))
 
     rows_out, cycles = 0, []
     for n, g in enumerate(groups):
         frame = await with_timeout(tb.y_sink.recv(), 200_000, "ns")
+        if n in taken:
+            quiet[0] += get_sim_time("ns") - taken[n][0]
+            quiet[1] += time.process_time() - taken[n][1]
         # The group's counters change at the edge that took the tlast beat; read them after it.
         await ReadOnly()
         done = int(dut.groups.value) - first_group
@@ -202,19 +244,20 @@ async def run_mode(dut, tr, cfg, groups, mode, seed, stall, log, *, reset=True, 
         cycles.append(int(dut.group_cycles.value))
         assert len(frame.tdata) == B, (
             f"group {g}: {len(frame.tdata)} rows in one output frame (tlast), expected {B}")
-        for b in range(B):
-            y = np.frombuffer(int(frame.tdata[b]).to_bytes(tb.width["m_axis_y"] // 8, "little")[:d],
-                              dtype=np.int8)
-            user = beat_user(frame, b)
-            replay, row = user & 1, user >> 1
-            where = (f"{mode}: group {g} (layer {tr.group_layer[g]}, frame {tr.group_frame[g]}, "
-                     f"position {tr.group_index[g]}), row {b}")
-            assert row == b, f"{where}: row {row} left in place of row {b}"
-            assert replay == want_r[g][b], f"{where}: replay bit {replay}, expected {want_r[g][b]}"
-            bad = np.flatnonzero(y != want_y[g][b])
-            assert bad.size == 0, (f"{where}, element {bad[0]}: RTL {y[bad[0]]}, "
-                                   f"expected {want_y[g][b][bad[0]]}")
-            rows_out += 1
+        y = np.frombuffer(b"".join(int(v).to_bytes(y_bytes, "little") for v in frame.tdata),
+                          dtype=np.int8).reshape(B, y_bytes)[:, :d]
+        user = np.array([beat_user(frame, b) for b in range(B)])
+        if (user >> 1 != rows).any() or (user & 1 != want_r[g]).any() or (y != want_y[g]).any():
+            for b in range(B):          # name the first row and element that differ
+                replay, row = user[b] & 1, user[b] >> 1
+                where = (f"{mode}: group {g} (layer {tr.group_layer[g]}, frame {tr.group_frame[g]}, "
+                         f"position {tr.group_index[g]}), row {b}")
+                assert row == b, f"{where}: row {row} left in place of row {b}"
+                assert replay == want_r[g][b], f"{where}: replay bit {replay}, expected {want_r[g][b]}"
+                bad = np.flatnonzero(y[b] != want_y[g][b])
+                assert bad.size == 0, (f"{where}, element {bad[0]}: RTL {y[b][bad[0]]}, "
+                                       f"expected {want_y[g][b][bad[0]]}")
+        rows_out += B
         if n % 256 == 255:
             log.info("%s: %d of %d groups bit-exact", mode, n + 1, len(groups))
     await feed
@@ -235,6 +278,9 @@ async def run_mode(dut, tr, cfg, groups, mode, seed, stall, log, *, reset=True, 
     counters["sim_cycles"] = int((get_sim_time("ns") - sim0) // CLOCK_NS)
     counters["wall_s"] = time.perf_counter() - wall0
     counters["cpu_s"] = time.process_time() - cpu0
+    counters["config_cycles"], counters["config_cpu_s"] = config_cycles, config_cpu
+    counters["quiet_cycles"] = int(quiet[0] // CLOCK_NS)
+    counters["quiet_cpu_s"] = quiet[1]
     return list(cycles), counters
 
 
@@ -257,7 +303,7 @@ async def reset_mid_frame(dut):
     guard = tr.manifest["decode"]
     words = cached_config_words(cfg, trace_layers(tr), refresh_every=guard.get("refresh_every"),
                                 max_chain=guard.get("max_chain"))
-    frames = [[bits for bits, _ in row_beats(cfg, tr, g)] for g in groups]
+    frames = group_frames(cfg, tr, groups)
     for attempt in range(int(os.environ.get("FASTCAR_RESETS", "3"))):
         tb.set_stalls(seed + attempt, stall)
         await tb.reset()
@@ -283,6 +329,22 @@ async def reset_mid_frame(dut):
     if os.environ.get("FASTCAR_REPORT"):
         with open(os.environ["FASTCAR_REPORT"], "w") as f:
             json.dump(report, f)
+
+
+@cocotb.test()
+async def raw_model(dut):
+    """The simulator alone: the clock and one long timer (``FASTCAR_CYCLES`` cycles), inputs idle and
+    no Python in between; what ``python -m tb.simspeed`` compares the testbench with."""
+    cocotb.start_soon(Clock(dut.clk, CLOCK_NS, unit="ns").start())
+    dut.rst.value = 1
+    await ClockCycles(dut.clk, 5)
+    dut.rst.value = 0
+    n = int(os.environ.get("FASTCAR_CYCLES", "200000"))
+    wall0, cpu0 = time.perf_counter(), time.process_time()
+    await Timer(n * CLOCK_NS, unit="ns")
+    report = {"sim_cycles": n, "wall_s": time.perf_counter() - wall0, "cpu_s": time.process_time() - cpu0}
+    with open(os.environ["FASTCAR_REPORT"], "w") as f:
+        json.dump(report, f)
 
 
 @cocotb.test()

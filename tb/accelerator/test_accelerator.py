@@ -29,18 +29,25 @@ HERE = Path(__file__).resolve().parent
 MODES = ("dense", "static", "drs")
 
 
-def build_dir(cfg: AccelConfig) -> Path:
+def build_dir(cfg: AccelConfig, variant: str = "") -> Path:
     key = hashlib.sha1(json.dumps(cfg.to_dict(), sort_keys=True).encode()).hexdigest()[:8]
-    return BUILD / "accelerator" / f"verilator-{key}"
+    return BUILD / "accelerator" / f"verilator-{key}{variant}"
 
 
-def run(cfg: AccelConfig, env: dict, tag: str, testcase="run_trace"):
-    report = build_dir(cfg) / f"cycles-{tag}.json"
+#: Simulator builds: the one the tests use, and two for measuring what its options bring
+#: (``python -m tb.simspeed --compare``): cocotb's default (every signal public, Verilator's default
+#: optimisation), and only the ports public without the further options.
+VARIANTS = {"": {"public": "ports"}, "-cocotb-default": {"public": "all", "fast": False},
+            "-ports-only": {"public": "ports", "fast": False}}
+
+
+def run(cfg: AccelConfig, env: dict, tag: str, testcase="run_trace", variant: str = ""):
+    report = build_dir(cfg, variant) / f"cycles-{tag}.json"
     env = {"FASTCAR_ACCEL": json.dumps(cfg.to_dict()), "FASTCAR_REPORT": str(report), **env}
     run_cocotb(lambda: AxisAdapter(Accelerator(cfg)), toplevel="accelerator_axis",
-               test_module="cocotb_accelerator", test_dir=HERE, build_dir=build_dir(cfg), sim="verilator",
-               env=env, results_name=f"results-{tag}.xml", testcase=testcase, key=cfg.to_dict(),
-               public="ports")
+               test_module="cocotb_accelerator", test_dir=HERE, build_dir=build_dir(cfg, variant),
+               sim="verilator", env=env, results_name=f"results-{tag}.xml", testcase=testcase,
+               key=cfg.to_dict(), **VARIANTS[variant])
     return json.loads(report.read_text())
 
 

@@ -28,7 +28,8 @@ def run(env: dict, tag: str, testcase=None, cfg=SMALL_ACCEL):
     return run_cocotb(lambda: BoardCore(cfg, CPB, timeout=TIMEOUT, hold_bits=4), toplevel="board_core",
                       test_module="cocotb_board", test_dir=HERE,
                       build_dir=BUILD / "board" / f"verilator-{key}", sim="verilator", env=env,
-                      results_name=f"results-{tag}.xml", testcase=testcase)
+                      results_name=f"results-{tag}.xml", testcase=testcase,
+                      key=[cfg.to_dict(), CPB, TIMEOUT])
 
 
 @pytest.fixture(scope="module")

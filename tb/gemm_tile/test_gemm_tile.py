@@ -24,7 +24,8 @@ def run(cfg: TileConfig, sim: str, env: dict, tag: str, testcase=None):
     return run_cocotb(lambda: AxisAdapter(GemmTile(cfg)), toplevel="gemm_tile_axis",
                       test_module="cocotb_gemm_tile", test_dir=HERE,
                       build_dir=BUILD / "gemm_tile" / f"{sim}-{key}", sim=sim, env=env,
-                      results_name=f"results-{tag}.xml", testcase=testcase)
+                      results_name=f"results-{tag}.xml", testcase=testcase, key=cfg.to_dict(),
+                      public="ports")
 
 
 def test_simulator_available():

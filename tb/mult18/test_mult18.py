@@ -15,4 +15,4 @@ SIMS = available_simulators()
 def test_primitive_equals_model(sim):
     assert run_cocotb(lambda: Mult18Pair(), toplevel="mult18_pair", test_module="cocotb_mult18",
                       test_dir=HERE, build_dir=BUILD / "mult18" / sim, sim=sim, env={},
-                      extra_sources=[HERE / "MULT18X18D.v"]) == 1
+                      extra_sources=[HERE / "MULT18X18D.v"], key="mult18_pair", public="ports") == 1
