@@ -16,7 +16,8 @@ from hw.swiglu_gate import h_params_layout
 from hw.systolic_array import weight_layout
 from sw.config import AccelConfig
 
-__all__ = ["trace_layers", "config_words", "pack_struct", "row_beats", "group_frames", "group_beats", "unpack_y"]
+__all__ = ["trace_layers", "config_words", "pack_struct", "row_beats", "group_frames", "group_beats",
+           "unpack_y"]
 
 
 def trace_layers(tr) -> list[dict]:

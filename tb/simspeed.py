@@ -65,8 +65,8 @@ def table(results: dict) -> str:
             frac = f"{r['of_raw']:.0%}" if "of_raw" in r else ""
             frac2 = f"{r['of_model_in_run']:.0%}" if "of_model_in_run" in r else ""
             wall = f"{r['cycles_per_wall_s']:,.0f}" if "stretches" not in run_name else ""
-            lines.append(f"| {NAMES[variant]} | {run_name} | {r['sim_cycles']:,} | {r['cycles_per_cpu_s']:,.0f} "
-                         f"| {wall} | {frac} | {frac2} |")
+            lines.append(f"| {NAMES[variant]} | {run_name} | {r['sim_cycles']:,} "
+                         f"| {r['cycles_per_cpu_s']:,.0f} | {wall} | {frac} | {frac2} |")
     return "\n".join(lines) + "\n"
 
 
@@ -90,7 +90,8 @@ def main(argv=None) -> int:
     results = {v: measure(v, args.cycles, args.groups) for v in tqdm(variants, desc="simulator builds")}
     text = table(results)
     with atomic_dir(args.out, force=True) as tmp:
-        (tmp / "report.json").write_text(json.dumps({"groups": args.groups, "results": results}, indent=1) + "\n")
+        report = {"groups": args.groups, "results": results}
+        (tmp / "report.json").write_text(json.dumps(report, indent=1) + "\n")
         (tmp / "report.md").write_text(text)
     print(text)
     print(f"wrote {args.out}/report.json and report.md")
