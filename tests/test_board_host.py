@@ -14,6 +14,9 @@ from sw.board import BoardError, BoardLink, BoardMismatch, main, run_trace, sele
 from sw.decode_trace import load_decode_trace
 from tb.board.small_trace import SMALL_ACCEL, write_small_trace
 
+#: Module-scoped fixtures: with pytest-xdist (--dist loadgroup) these tests share one worker.
+pytestmark = pytest.mark.xdist_group("test_board_host")
+
 
 @pytest.fixture(scope="module")
 def trace(tmp_path_factory):

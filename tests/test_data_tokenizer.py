@@ -6,6 +6,9 @@ import pytest
 from sw import data
 from sw.tokenizer import VQTokenizer, psnr
 
+#: Module-scoped fixtures: with pytest-xdist (--dist loadgroup) these tests share one worker.
+pytestmark = pytest.mark.xdist_group("test_data_tokenizer")
+
 
 @pytest.fixture(scope="module")
 def train_set():

@@ -10,6 +10,9 @@ from safetensors.torch import load_file, save_file
 from sw.hf_loader import HFLoadError, config_from_hf, load_hf_llama
 from sw.model import FastCarConfig, generate
 
+#: Module-scoped fixtures: with pytest-xdist (--dist loadgroup) these tests share one worker.
+pytestmark = pytest.mark.xdist_group("test_hf_loader")
+
 transformers = pytest.importorskip(
     "transformers", reason="transformers is not installed: the HF loader is not compared with a reference")
 

@@ -18,6 +18,9 @@ from tb.bench import MODEL_TOLERANCE, model_check
 from tests.test_accelerator_sim import configure, send_group
 from tests.test_mlp_core_sim import random_layer
 
+#: Module-scoped fixtures: with pytest-xdist (--dist loadgroup) these tests share one worker.
+pytestmark = pytest.mark.xdist_group("test_projection")
+
 REPO = Path(__file__).resolve().parent.parent
 
 # ---------------------------------------------------------------------------------------------

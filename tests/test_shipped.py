@@ -15,6 +15,9 @@ from sw.checkpoint import load_checkpoint
 from sw.config import DEFAULT_TILE, SHIPPED_MODEL
 from sw.decode_trace import check_decode_trace, load_decode_trace
 
+#: Module-scoped fixtures: with pytest-xdist (--dist loadgroup) these tests share one worker.
+pytestmark = pytest.mark.xdist_group("test_shipped")
+
 REPO = Path(__file__).resolve().parent.parent
 GOLDEN = REPO / "golden" / "fastcar"
 

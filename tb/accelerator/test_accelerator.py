@@ -24,6 +24,11 @@ from sw.decode_trace import load_decode_trace
 from sw.perfmodel import trace_cycles
 from tb.runner import BUILD, CocotbFailure, run_cocotb
 
+#: In the whole test suite (``--dist loadgroup``) these tests run on one worker: the first builds the
+#: simulator (minutes on a fresh clone) while the other worker runs other tests instead of waiting
+#: for the build. ``nox -s sim`` (``--dist worksteal``) spreads them over every worker.
+pytestmark = pytest.mark.xdist_group("accelerator")
+
 HERE = Path(__file__).resolve().parent
 #: The no-stall runs, longest first so that a parallel session starts it first.
 MODES = ("dense", "static", "drs")
