@@ -57,9 +57,9 @@ def sim(session):
     """The accelerator's RTL on a decode trace: ``nox -s sim -- [--trace DIR] [--full | --groups first:N]
     [--seed S] [--stall P] [--waves]`` (default: golden/fastcar, positions 0-7 of every frame and layer).
 
-    Runs the trace under random idle and backpressure, then without stalls in DRS, static and dense
-    (tau = +inf) mode, checks every output byte, replay bit and the cycle model, and prints the
-    cycle counts.
+    Runs the trace under random idle and backpressure (3 seeds; ``--seeds N``), and without stalls in
+    DRS, static and dense (tau = +inf) mode, each its own test on pytest-xdist workers; checks every
+    output byte, replay bit and the cycle model, and ends with one summary table (conftest.py).
     """
     ap = argparse.ArgumentParser(prog="nox -s sim --")
     ap.add_argument("--trace", default="golden/fastcar", help="decode trace directory")
