@@ -245,7 +245,12 @@ def run_cocotb(make_top, *, toplevel: str, test_module: str, test_dir: Path, bui
     if results.exists():
         results.unlink()
     extra_env = {"PYTHONPATH": os.pathsep.join([str(REPO), str(test_dir),
-                                                os.environ.get("PYTHONPATH", "")])}
+                                                os.environ.get("PYTHONPATH", "")]),
+                 # cocotb rewrites the asserts of every module imported after it starts (pytest's
+                 # hook, pattern "*.py" by default): Amaranth, numpy and the project, parsed again
+                 # in every simulator process. Only the test module needs it.
+                 "COCOTB_REWRITE_ASSERTION_FILES": os.environ.get("COCOTB_REWRITE_ASSERTION_FILES",
+                                                                  f"{test_module}.py")}
     extra_env.update(env)
     try:
         runner.test(hdl_toplevel=toplevel, test_module=test_module, test_dir=test_dir,
