@@ -54,7 +54,9 @@ def measure(variant: str, cycles: int, groups: str, repeat: int = 1) -> dict:
         m = best([run(cfg, {"FASTCAR_TRACE": str(REPO / "golden" / "fastcar"), "FASTCAR_GROUPS": groups,
                             "FASTCAR_MODES": mode}, f"speed-{mode}", variant=variant)["modes"][mode]
                   for _ in range(repeat)])
-        out[mode] = {k: m[k] for k in ("sim_cycles", "wall_s", "cpu_s", "rows_checked", "total_cycles")}
+        out[mode] = {k: m[k] for k in ("sim_cycles", "wall_s", "cpu_s", "rows_checked", "total_cycles",
+                                       "config_cycles", "config_cpu_s")}
+        out[mode]["config_us_per_word"] = 1e6 * m["config_cpu_s"] / m["config_cycles"]
         out[f"{mode}: model-only stretches"] = {"sim_cycles": m["quiet_cycles"], "cpu_s": m["quiet_cpu_s"],
                                                 "wall_s": m["quiet_cpu_s"]}
     for v in out.values():
@@ -108,6 +110,9 @@ def main(argv=None) -> int:
         (tmp / "report.json").write_text(json.dumps(report, indent=1) + "\n")
         (tmp / "report.md").write_text(text)
     print(text)
+    for v, res in results.items():
+        print(f"{NAMES[v]}: configuration {res['drs']['config_us_per_word']:.1f} us of CPU per word "
+              f"(DRS run), idle raw model {1e6 / res['raw']['cycles_per_cpu_s']:.1f} us per cycle")
     print(f"wrote {args.out}/report.json and report.md")
     return 0
 

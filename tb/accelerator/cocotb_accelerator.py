@@ -41,6 +41,7 @@ from sw.config import AccelConfig
 from sw.decode_trace import load_decode_trace, select_groups
 from sw.perfmodel import trace_cycles
 from tb.cache import cached_array, cached_config_words
+from tb.runner import design_key
 from tb.stalls import random_pauses
 
 CLOCK_NS = 10
@@ -194,7 +195,8 @@ def expected(tr, groups, mode):
                 ys[sel] = quant.swiglu_int8(x, tr.wg[n], tr.wu[n], tr.wd[n], tr.layer_consts(n)).reshape(
                     len(sel), B, -1)
             return ys
-        parts = [np.asarray(groups), tr.x[groups], tr.group_layer[groups],
+        # design_key covers sw/ (the golden model's code): a changed rule never meets old outputs.
+        parts = [design_key(), np.asarray(groups), tr.x[groups], tr.group_layer[groups],
                  *(tr.t[k] for k in ("wg", "wu", "wd", "mult_g", "shift_g", "mult_u", "shift_u", "lut",
                                      "mult_h", "shift_h", "mult_d", "shift_d"))]
         ys = cached_array("dense-y", parts, compute)

@@ -1,0 +1,29 @@
+"""The session summary of the accelerator runs (conftest.py): its table, and the mode comparison
+that fails the session when DRS does not beat static and dense."""
+
+from conftest import accelerator_summary
+
+
+def runs(drs, static, dense):
+    common = {"trace": "t", "groups": "first:8", "seed": None, "stall": 0.0, "n_groups": 2,
+              "rows_replayed": 6, "rows_computed": 2, "rows_checked": 8, "sim_cycles": 1000,
+              "wall_s": 0.5, "cpu_s": 0.5}
+    out = [dict(common, mode=m, total_cycles=c)
+           for m, c in (("drs", drs), ("static", static), ("dense", dense))]
+    out.append(dict(common, mode="drs", seed=3, stall=0.3, total_cycles=drs + 5))
+    return out
+
+
+def test_summary_table_and_speedup():
+    lines, failure = accelerator_summary(runs(100, 125, 400), wall_s=2.0)
+    assert failure is None
+    text = "\n".join(lines)
+    assert "stalls seed 3" in text and "static 125 (+25.0%)" in text and "speed-up 4.00x" in text
+    assert "(ideal rows / computed rows 4.00x)" in text and "32 rows checked bit-exact in 4 runs" in text
+
+
+def test_summary_fails_when_drs_loses():
+    _, failure = accelerator_summary(runs(130, 125, 400), wall_s=2.0)
+    assert failure and "DRS is not faster than static assignment (130 cycles against 125)" in failure
+    _, failure = accelerator_summary(runs(400, 420, 400), wall_s=2.0)
+    assert failure and "replay saved no cycles" in failure
