@@ -2,8 +2,8 @@
 
 Usage::
 
-    python -m hw.synth [--target-mhz 150] [--board constraints/ulx3s_85f.toml] [--baud B]
-                       [--accel CFG.json] [--harness | --tile T.json]
+    python -m hw.synth [--mhz F] [--allow-timing-fail] [--board constraints/ulx3s_85f.toml]
+                       [--baud B] [--accel CFG.json] [--harness | --tile T.json]
 
 By default the flow builds the board top (:class:`hw.board_top.BoardTop`): the accelerator of
 ``--accel`` (default: the project's default configuration) behind the UART bridge on the ULX3S's
@@ -14,6 +14,13 @@ does. Either is clocked from the board's 25 MHz oscillator through an ``EHXPLLL`
 target frequency (:func:`add_pll_domain`), built with amaranth-boards (yosys, nextpnr-ecp5,
 ecppack; the YoWASP builds by default). Results are parsed from nextpnr's own log (``<name>.tim``
 in the build directory) and written to ``<build dir>/report.json``.
+
+The flow never hands out a bitstream that misses its clock. ``--mhz`` sets the PLL (default:
+``target_mhz`` of the board file, a clock the default board top is measured to meet). When the
+routed design does not meet the PLL clock, the bitstream is renamed ``<name>.timing-failed.bit``,
+``report.json`` says ``timing_met: false`` and the command exits 1 with one line naming the clock
+and its Fmax. ``--allow-timing-fail`` keeps ``<name>.bit`` for exploration; its report and table
+then say so in capitals.
 """
 import argparse
 import importlib
@@ -65,6 +72,19 @@ BUILD_OVERRIDES = {
 
 class SynthError(Exception):
     """A failure that is reported as one line, without a traceback."""
+
+
+class TimingError(SynthError):
+    """The routed design misses its PLL clock; ``report`` is the full report (already written)."""
+
+    def __init__(self, message, report):
+        super().__init__(message)
+        self.report = report
+
+
+#: What the report and the table say about a bitstream built with ``--allow-timing-fail`` that
+#: misses its clock.
+TIMING_FAIL_WARNING = "TIMING NOT MET: FOR EXPLORATION ONLY, DO NOT LOAD THIS BITSTREAM"
 
 
 # ---------------------------------------------------------------- board facts
@@ -376,7 +396,8 @@ def format_table(report):
     def pct(used, total):
         return f"{used} / {total} ({100 * used / total:.1f}%)" if total else str(used)
 
-    rows = [
+    rows = [("WARNING", report["warning"])] if report.get("warning") else []
+    rows += [
         ("device", f"{report['device']} ({report['board']})"),
         ("target", f"{report['target_mhz']:g} MHz (PLL gives {report['pll_mhz']:.3f} MHz)"),
         ("fmax", f"{report['fmax_mhz']:.2f} MHz on {report['clock']} "
@@ -440,7 +461,7 @@ def make_board_top(design, board, pll, *, harness=False, baud=None):
 
 
 def run_synth(target_mhz=None, board_file=DEFAULT_BOARD_FILE, build_dir=None, progress=None, design=None,
-              harness=False, baud=None):
+              harness=False, baud=None, allow_timing_fail=False):
     """Build the bitstream, parse nextpnr's log and write ``report.json``; return the report.
 
     ``progress``, if given, is called with one status line before the (slow) build.
@@ -448,6 +469,11 @@ def run_synth(target_mhz=None, board_file=DEFAULT_BOARD_FILE, build_dir=None, pr
     :data:`sw.config.DEFAULT_ACCEL`) or a :class:`sw.config.TileConfig` (one GEMM tile).
     The accelerator is built as the board top with its UART bridge (:func:`make_board_top`),
     or inside the synthesis harness with ``harness``; ``baud`` overrides the board file's.
+
+    When the routed design misses the PLL clock, :class:`TimingError` is raised after
+    ``report.json`` has been written and the bitstream renamed ``<name>.timing-failed.bit``;
+    with ``allow_timing_fail`` the bitstream keeps its name and the report carries
+    :data:`TIMING_FAIL_WARNING`.
     """
     from sw.config import DEFAULT_ACCEL, TileConfig
 
@@ -463,7 +489,7 @@ def run_synth(target_mhz=None, board_file=DEFAULT_BOARD_FILE, build_dir=None, pr
     setup_tool_env()
 
     # amaranth only overwrites files: drop the tools' outputs so none can be stale.
-    for suffix in ("rpt", "json", "tim", "config", "bit", "svf"):
+    for suffix in ("rpt", "json", "tim", "config", "bit", "timing-failed.bit", "svf"):
         (build_dir / f"{name}.{suffix}").unlink(missing_ok=True)
     (build_dir / "report.json").unlink(missing_ok=True)
     if progress:
@@ -513,14 +539,34 @@ def run_synth(target_mhz=None, board_file=DEFAULT_BOARD_FILE, build_dir=None, pr
         "nextpnr_log": str(log_path),
         "synth_seconds": round(seconds, 1),
     }
+    failed = not report["timing_met"]
+    if failed and allow_timing_fail:
+        report["warning"] = TIMING_FAIL_WARNING
+    elif failed:
+        aside = bitstream.with_name(f"{name}.timing-failed.bit")
+        os.replace(bitstream, aside)
+        report["bitstream"] = str(aside)
     write_report(report, build_dir / "report.json")
+    if failed and not allow_timing_fail:
+        raise TimingError(timing_failure_line(report), report)
     return report
+
+
+def timing_failure_line(report):
+    """The one line that says which clock missed its target, by how much, and what to do."""
+    return (f"timing not met: clock '{report['clock']}' reaches {report['fmax_mhz']:.2f} MHz, below "
+            f"the {report['pll_mhz']:.3f} MHz PLL clock; bitstream moved to {report['bitstream']} "
+            f"(rerun with a lower --mhz, or --allow-timing-fail to keep it for exploration)")
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m hw.synth", description=__doc__.split("\n")[0])
-    parser.add_argument("--target-mhz", type=float, default=None,
-                        help="sync clock target (default: target_mhz from the board file)")
+    parser.add_argument("--mhz", "--target-mhz", dest="mhz", type=float, default=None,
+                        help="PLL (sync clock) target in MHz (default: target_mhz from the board file, "
+                             "a clock the default board top meets)")
+    parser.add_argument("--allow-timing-fail", action="store_true",
+                        help="keep the bitstream and exit 0 when the design misses the clock "
+                             "(for exploration; the report says so)")
     parser.add_argument("--board", default=str(DEFAULT_BOARD_FILE), help="board facts TOML")
     parser.add_argument("--build-dir", default=None, help="override build.dir of the board file")
     parser.add_argument("--baud", type=int, default=None,
@@ -547,9 +593,13 @@ def main(argv=None):
                 design = None
         except ConfigError as e:
             raise SynthError(str(e)) from None
-        report = run_synth(args.target_mhz, args.board, args.build_dir,
+        report = run_synth(args.mhz, args.board, args.build_dir,
                            progress=lambda line: print(f"hw.synth: {line}", file=sys.stderr), design=design,
-                           harness=args.harness, baud=args.baud)
+                           harness=args.harness, baud=args.baud, allow_timing_fail=args.allow_timing_fail)
+    except TimingError as e:
+        print(format_table(e.report))
+        print(f"hw.synth: error: {e}", file=sys.stderr)
+        return 1
     except SynthError as e:
         print(f"hw.synth: error: {e}", file=sys.stderr)
         return 1

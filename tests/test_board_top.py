@@ -54,6 +54,6 @@ def test_board_top_elaborates_for_the_ulx3s():
 
 
 def test_cli_bad_baud_is_one_line(tmp_path, capsys):
-    assert synth.main(["--build-dir", str(tmp_path), "--baud", "7000000", "--target-mhz", "20"]) == 1
+    assert synth.main(["--build-dir", str(tmp_path), "--baud", "7000000", "--mhz", "20"]) == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "hw.synth: error: 7000000 baud cannot be made" in err

@@ -13,7 +13,7 @@ def test_synth_small_tile(tmp_path):
     tile.write_text(json.dumps({"rows": 2, "cols": 2, "k_dim": 4, "n_dim": 4}))
     out = tmp_path / "synth"
     r = subprocess.run([sys.executable, "-m", "hw.synth", "--tile", str(tile), "--build-dir", str(out),
-                        "--target-mhz", "50"], cwd=REPO, capture_output=True, text=True)
+                        "--mhz", "50"], cwd=REPO, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr[-3000:]
     report = json.loads((out / "report.json").read_text())
     for key in ("fmax_mhz", "target_mhz", "dsp_used", "dsp_total", "lut4", "ff", "ebr_used",

@@ -261,3 +261,51 @@ def test_cli_reports_unparsable_log_in_one_line(tmp_path, monkeypatch, capsys):
                        "no 'Max frequency for clock' line")
     assert sum("error" in line for line in err) == 1
     assert not (tmp_path / "report.json").exists()
+
+
+def _fake_build(tmp_path, monkeypatch, log):
+    """Stand the toolchain in with one that writes ``log`` as nextpnr's and an empty bitstream."""
+    import hw.synth as synth
+
+    class FakePlatform:
+        def build(self, top, *, name, build_dir, **kwargs):
+            top._MustUse__silence = True
+            (tmp_path / f"{name}.tim").write_text(log)
+            (tmp_path / f"{name}.bit").write_bytes(b"bits")
+
+    monkeypatch.setattr(synth, "make_platform", lambda board: FakePlatform())
+    return synth
+
+
+def test_missed_clock_fails_in_one_line_and_keeps_no_bitstream(tmp_path, monkeypatch, capsys):
+    synth = _fake_build(tmp_path, monkeypatch, LOG_FAIL)
+    assert synth.main(["--build-dir", str(tmp_path), "--mhz", "150"]) == 1
+    out, err = capsys.readouterr()
+    err = err.splitlines()
+    assert sum("error" in line for line in err) == 1
+    assert err[-1].startswith("hw.synth: error: timing not met: clock '$glbnet$clk' reaches 45.55 MHz, "
+                              "below the 150.000 MHz PLL clock")
+    assert not (tmp_path / "top.bit").exists()          # nothing loadable under the usual name
+    assert (tmp_path / "top.timing-failed.bit").read_bytes() == b"bits"
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["timing_met"] is False and report["pll_mhz"] == 150.0
+    assert report["bitstream"].endswith("top.timing-failed.bit") and "warning" not in report
+    assert "FAIL" in out                                 # the table is still printed
+
+
+def test_allow_timing_fail_keeps_the_bitstream_and_says_so_in_capitals(tmp_path, monkeypatch, capsys):
+    synth = _fake_build(tmp_path, monkeypatch, LOG_FAIL)
+    assert synth.main(["--build-dir", str(tmp_path), "--mhz", "150", "--allow-timing-fail"]) == 0
+    out = capsys.readouterr().out
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["warning"] == synth.TIMING_FAIL_WARNING
+    assert "TIMING NOT MET" in report["warning"] and "TIMING NOT MET" in out.splitlines()[0]
+    assert (tmp_path / "top.bit").exists() and not (tmp_path / "top.timing-failed.bit").exists()
+
+
+def test_met_clock_keeps_the_bitstream(tmp_path, monkeypatch, capsys):
+    synth = _fake_build(tmp_path, monkeypatch, LOG_PASS)
+    assert synth.main(["--build-dir", str(tmp_path), "--mhz", "150"]) == 0
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["timing_met"] is True and "warning" not in report
+    assert (tmp_path / "top.bit").exists()
