@@ -222,10 +222,11 @@ class HarnessTop(Elaboratable):
     :class:`hw.synth_harness.SynthHarness` around ``dut``, whose outputs are folded into the LEDs.
     For area and Fmax of a design without its I/O (``python -m hw.synth --harness``, ``--tile``)."""
 
-    def __init__(self, dut, board, pll):
+    def __init__(self, dut, board, pll, *, register_outputs=False):
         self.dut = dut
         self.board = board
         self.pll = pll
+        self.register_outputs = register_outputs
         self.harness = None   # set by elaborate()
 
     def elaborate(self, platform):
@@ -233,7 +234,8 @@ class HarnessTop(Elaboratable):
 
         m = Module()
         add_pll_domain(m, platform, self.board, self.pll)
-        m.submodules.harness = self.harness = SynthHarness(self.dut, request_leds(platform, self.board))
+        m.submodules.harness = self.harness = SynthHarness(self.dut, request_leds(platform, self.board),
+                                                           register_outputs=self.register_outputs)
         return m
 
 
@@ -442,6 +444,33 @@ def _toolchain_failure(build_dir, name, returncode):
     return f"{build_dir}: toolchain failed (exit {returncode})"
 
 
+def build_and_parse(platform, top, name, build_dir, overrides=BUILD_OVERRIDES):
+    """Run yosys, nextpnr-ecp5 and ecppack on ``top`` in ``build_dir`` and parse nextpnr's log.
+
+    Stale tool outputs are removed first (amaranth only overwrites files). Returns
+    ``(parsed, seconds, log_path)`` with ``parsed`` from :func:`parse_nextpnr_log`; a failing
+    tool or an unreadable log is a :class:`SynthError` naming the file."""
+    build_dir = Path(build_dir)
+    for suffix in ("rpt", "json", "tim", "config", "bit", "timing-failed.bit", "svf"):
+        (build_dir / f"{name}.{suffix}").unlink(missing_ok=True)
+    start = time.monotonic()
+    try:
+        platform.build(top, name=name, build_dir=str(build_dir), do_program=False, **overrides)
+    except subprocess.CalledProcessError as e:
+        raise SynthError(_toolchain_failure(build_dir, name, e.returncode)) from None
+    seconds = time.monotonic() - start
+    log_path = build_dir / f"{name}.tim"
+    try:
+        text = log_path.read_text()
+    except OSError as e:
+        raise SynthError(f"{log_path}: cannot read nextpnr log: {e.strerror}") from None
+    try:
+        parsed = parse_nextpnr_log(text)
+    except SynthError as e:
+        raise SynthError(f"{log_path}: {e}") from None
+    return parsed, seconds, log_path
+
+
 def make_board_top(design, board, pll, *, harness=False, baud=None):
     """The top level that is built: :class:`hw.board_top.BoardTop` for an
     :class:`sw.config.AccelConfig`, or :class:`HarnessTop` around ``hw.top.make_top(design)`` with
@@ -488,9 +517,6 @@ def run_synth(target_mhz=None, board_file=DEFAULT_BOARD_FILE, build_dir=None, pr
     top = make_board_top(design, board, pll, harness=harness, baud=baud)
     setup_tool_env()
 
-    # amaranth only overwrites files: drop the tools' outputs so none can be stale.
-    for suffix in ("rpt", "json", "tim", "config", "bit", "timing-failed.bit", "svf"):
-        (build_dir / f"{name}.{suffix}").unlink(missing_ok=True)
     (build_dir / "report.json").unlink(missing_ok=True)
     if progress:
         progress(f"building {board['device']} bitstream in {build_dir}: PLL {pll.fin_mhz:g} MHz"
@@ -499,23 +525,7 @@ def run_synth(target_mhz=None, board_file=DEFAULT_BOARD_FILE, build_dir=None, pr
                  + (" synthesis harness;" if isinstance(top, HarnessTop) else
                     f" board top, UART {top.baud} baud ({top.clocks_per_bit} cycles per bit);")
                  + " yosys + nextpnr-ecp5 + ecppack take minutes")
-    start = time.monotonic()
-    try:
-        platform.build(top, name=name, build_dir=str(build_dir),
-                       do_program=False, **BUILD_OVERRIDES)
-    except subprocess.CalledProcessError as e:
-        raise SynthError(_toolchain_failure(build_dir, name, e.returncode)) from None
-    seconds = time.monotonic() - start
-
-    log_path = build_dir / f"{name}.tim"
-    try:
-        text = log_path.read_text()
-    except OSError as e:
-        raise SynthError(f"{log_path}: cannot read nextpnr log: {e.strerror}") from None
-    try:
-        parsed = parse_nextpnr_log(text)
-    except SynthError as e:
-        raise SynthError(f"{log_path}: {e}") from None
+    parsed, seconds, log_path = build_and_parse(platform, top, name, build_dir)
     bitstream = build_dir / f"{name}.bit"
     if not bitstream.is_file():
         raise SynthError(f"{bitstream}: field 'bitstream': file was not produced")

@@ -60,6 +60,10 @@ class SynthHarness(Elaboratable):
         members. It becomes the ``dut`` submodule.
     leds : Value-like or sequence of Value-like
         Output bits (for example LED pins) that observe the folded outputs.
+    register_outputs : bool
+        Capture every DUT output bit (and each stream's transfer condition) in a flop of its
+        own before the fold, so that no path ends in the harness's XOR tree: the timing flow
+        (``python -m hw.timing``) then measures the DUT's register-to-register paths only.
 
     Attributes
     ----------
@@ -70,13 +74,17 @@ class SynthHarness(Elaboratable):
         LED register); yosys drops accumulator bits that nothing feeds.
     """
 
-    def __init__(self, dut, leds):
+    def __init__(self, dut, leds, *, register_outputs=False):
         self.dut = dut
+        self.register_outputs = register_outputs
         self.leds = Cat(leds) if isinstance(leds, (list, tuple)) else Value.cast(leds)
         self.stimulus_width = sum(len(Value.cast(value)) for _, flow, value in self._ports()
                                   if flow == In)
         self.register_bits = (max(_LFSR_WIDTH, self.stimulus_width) + _ACC_WIDTH
                               + len(self.leds))
+        if register_outputs:
+            self.register_bits += sum(len(Value.cast(value)) + 1 for _, flow, value in self._ports()
+                                      if flow != In)
 
     def _ports(self):
         for path, member, value in self.dut.signature.flatten(self.dut):
@@ -102,11 +110,21 @@ class SynthHarness(Elaboratable):
                 m.d.comb += value.eq(chain[cursor:cursor + len(value)])
                 cursor += len(value)
                 continue
-            term = _fold(value, _ACC_WIDTH)
             parent = _resolve(dut, path[:-1])
-            if path[-1] == "payload" and isinstance(getattr(parent, "signature", None),
-                                                    stream.Signature):
-                term = Mux(parent.valid & parent.ready, term, 0)
+            is_payload = path[-1] == "payload" and isinstance(getattr(parent, "signature", None),
+                                                              stream.Signature)
+            fire = parent.valid & parent.ready if is_payload else None
+            if self.register_outputs:
+                value_q = Signal(len(value), reset_less=True)
+                m.d.sync += value_q.eq(value)
+                value = value_q
+                if is_payload:
+                    fire_q = Signal()
+                    m.d.sync += fire_q.eq(fire)
+                    fire = fire_q
+            term = _fold(value, _ACC_WIDTH)
+            if is_payload:
+                term = Mux(fire, term, 0)
             acc_next = acc_next ^ term
         m.d.sync += acc.eq(acc_next)
 

@@ -1,0 +1,105 @@
+"""The per-block timing flow (``python -m hw.timing``): the registered harness, the record check, and
+the CI-sized check of the cheapest blocks against the recorded Fmax with the real tools."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from amaranth import Module, Signal
+from amaranth.back import rtlil
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+from amaranth.sim import Simulator
+
+from hw import timing
+from hw.synth_harness import SynthHarness
+
+REPO = Path(__file__).resolve().parent.parent
+
+#: The cheapest blocks (under a minute each on 2 cores): the regression check that runs in CI.
+CI_BLOCKS = ("pe", "rob")
+
+
+class _Comb(wiring.Component):
+    """An output that follows an input combinationally."""
+    a: In(8)
+    b: Out(8)
+
+    def elaborate(self, platform):
+        m = Module()
+        m.d.comb += self.b.eq(self.a ^ 0x5A)
+        return m
+
+
+def _leds(register_outputs, cycles=40):
+    leds = Signal(8)
+    harness = SynthHarness(_Comb(), leds, register_outputs=register_outputs)
+    seen = []
+
+    async def bench(ctx):
+        for _ in range(cycles):
+            await ctx.tick()
+            seen.append(ctx.get(leds))
+
+    sim = Simulator(harness)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
+    return seen
+
+
+def test_registered_harness_puts_a_flop_after_every_output():
+    plain, registered = _leds(False), _leds(True)
+    assert len(set(plain)) > 4
+    assert registered[1:] == plain[:-1]     # the same observations, one flop later
+
+
+@pytest.mark.parametrize("name", timing.BLOCKS)
+def test_every_block_elaborates_in_the_registered_harness(name):
+    leds = Signal(8, name="leds")
+    harness = SynthHarness(timing.make_block(name), leds, register_outputs=True)
+    text = rtlil.convert(harness, ports=[leds])
+    assert "cell" in text and harness.stimulus_width > 0
+
+
+def test_unknown_block_is_one_line():
+    r = subprocess.run([sys.executable, "-m", "hw.timing", "nosuch"], cwd=REPO, capture_output=True,
+                       text=True)
+    assert r.returncode == 2 and "unknown block 'nosuch'" in r.stderr
+
+
+def _row(name, fmax):
+    return {"block": name, "fmax_mhz": fmax}
+
+
+def test_check_against_record():
+    record = {"pe": 100.0, "rob": 200.0}
+    assert timing.check_against_record([_row("pe", 95.01), _row("rob", 250.0)], record) == []
+    failures = timing.check_against_record([_row("pe", 94.9), _row("rob", 200.0)], record)
+    assert len(failures) == 1 and failures[0].startswith("pe: Fmax 94.90 MHz is more than 5% below")
+    assert "no recorded Fmax" in timing.check_against_record([_row("tas", 300.0)], record)[0]
+    assert "boom" in timing.check_against_record([{"block": "pe", "error": "boom"}], record)[0]
+
+
+def test_bad_record_names_the_file_and_field(tmp_path):
+    bad = tmp_path / "record.json"
+    bad.write_text(json.dumps({"blocks": {"pe": {"fmax": 1}}}))
+    with pytest.raises(timing.SynthError, match=r"record.json: field 'blocks.\*.fmax_mhz'"):
+        timing.load_record(bad)
+
+
+def test_every_block_has_a_record():
+    assert set(timing.load_record()) == set(timing.BLOCKS)
+
+
+@pytest.mark.xdist_group("timing")
+def test_cheapest_blocks_keep_their_recorded_fmax(tmp_path):
+    """Real yosys + nextpnr-ecp5 on the CI blocks; fails if one fell > 5 % below the record."""
+    r = subprocess.run([sys.executable, "-m", "hw.timing", "--check", "--jobs", "1",
+                        "--build-dir", str(tmp_path), *CI_BLOCKS], cwd=REPO, capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert [row["block"] for row in report["blocks"]] == list(CI_BLOCKS)
+    for row in report["blocks"]:
+        assert row["fmax_mhz"] > 20 and row["lut4"] > 0 and row["path_from"]
