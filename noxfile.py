@@ -103,6 +103,15 @@ def synth(session):
 
 
 @nox.session(python=PYTHON)
+def timing(session):
+    """Fmax of each block placed and routed alone on the ECP5-85F, minutes per block; writes
+    build/timing/report.json. ``nox -s timing -- pe tile`` picks blocks, ``-- --list`` lists them,
+    ``-- --check`` fails when one fell more than 5 % below constraints/timing_record.json."""
+    install(session, "hw,synth")
+    session.run("python", "-m", "hw.timing", *session.posargs)
+
+
+@nox.session(python=PYTHON)
 def formal(session):
     """Formal properties (hw/formal/) through SymbiYosys with yices, and their failing twins:
     ``nox -s formal [-- pytest options]``. Work directories and counterexamples in build/formal/.

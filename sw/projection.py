@@ -111,8 +111,10 @@ def clock_from_synth(path, cfg: AccelConfig = DEFAULT_ACCEL) -> Clock:
     Returns
     -------
     Clock
-        ``fmax_mhz`` with a source line that says which design it was measured on (the whole
-        accelerator, or one GEMM tile when the report has a ``tile`` field) and whether timing met.
+        When timing is met, the PLL clock the bitstream runs at (``pll_mhz``), not the higher
+        Fmax; otherwise ``fmax_mhz``, labelled as a clock no built bitstream runs at. The source
+        line says which design it was measured on (the whole accelerator, or one GEMM tile when
+        the report has a ``tile`` field).
     """
     rep = _read_json(path, "synthesis report")
     if "fmax_mhz" not in rep:
@@ -132,8 +134,13 @@ def clock_from_synth(path, cfg: AccelConfig = DEFAULT_ACCEL) -> Clock:
         raise ProjectionError(f"{path}: field 'accel' or 'tile' is missing: cannot tell which design "
                               f"the Fmax belongs to")
     met = rep.get("timing_met")
+    if met and "pll_mhz" in rep:
+        pll = float(_positive(rep["pll_mhz"], path, "pll_mhz"))
+        return Clock(pll, True, f"measured: the bitstream's PLL clock, {path} field 'pll_mhz', of {design} "
+                                f"(timing met; nextpnr Fmax {mhz:.2f} MHz)")
     timing = "" if met is None else (" (timing met)" if met else
-                                     f" (timing not met at the {rep.get('constraint_mhz')} MHz constraint)")
+                                     f" (timing not met at the {rep.get('constraint_mhz')} MHz constraint:"
+                                     f" no bitstream built runs at this clock)")
     return Clock(mhz, True, f"measured: nextpnr Fmax, {path} field 'fmax_mhz', of {design}{timing}")
 
 

@@ -153,6 +153,10 @@ def test_clock_is_labelled_by_where_it_comes_from(tmp_path):
     accel = {"accel": DEFAULT_ACCEL.to_dict(), "fmax_mhz": 50}
     c = pj.clock_from_synth(write_json(tmp_path / "a.json", accel))
     assert c.measured and "the whole accelerator" in c.source
+    # A met design runs at its PLL clock, not at its (higher) Fmax.
+    met = {"accel": DEFAULT_ACCEL.to_dict(), "fmax_mhz": 56.9, "timing_met": True, "pll_mhz": 50.0}
+    c = pj.clock_from_synth(write_json(tmp_path / "m.json", met))
+    assert c.mhz == 50.0 and "PLL clock" in c.source and "Fmax 56.90 MHz" in c.source
     a = pj.assumed_clock(100)
     assert not a.measured and a.source.startswith("assumed")
     # An assumed clock wins over the report, which is still read for reference.
