@@ -5,6 +5,7 @@ Usage::
     python -m hw.timing [BLOCK ...] [--mhz 180] [--jobs N] [--accel CFG.json] [--list]
     python -m hw.timing --check BLOCK ...        # fail if a block's Fmax fell > 5 % below the record
     python -m hw.timing --record BLOCK ...       # write the measured figures into the record
+    python -m hw.timing --from-report build/timing/report.json [--markdown] [--record]
 
 Each block is built by the board flow (:mod:`hw.synth`: yosys ``synth_ecp5``, nextpnr-ecp5, the
 same options as the whole chip) inside :class:`hw.synth_harness.SynthHarness` with
@@ -251,6 +252,39 @@ def format_rows(rows):
     return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in lines)
 
 
+def format_markdown(rows):
+    """The report as the Markdown table of ``docs/timing.md``."""
+    out = ["| block | Fmax (MHz) | at 180 MHz | critical path (from -> to) | logic / routing (ns) "
+           "| MULT18X18D | DP16KD | LUT4 | FF | minutes |",
+           "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        if "error" in r:
+            out.append(f"| {r['block']} | error: {r['error']} |||||||||")
+            continue
+        path = f"`{r['path_from']}` -> `{r['path_to']}`" if r["path_from"] else ""
+        out.append(f"| {r['block']} | {r['fmax_mhz']:.1f} | {'met' if r['met'] else 'not met'} | {path} "
+                   f"| {r['logic_ns']:.2f} / {r['routing_ns']:.2f} | {r['dsp']} | {r['ebr']} | {r['lut4']:,} "
+                   f"| {r['ff']:,} | {r['seconds'] / 60:.1f} |")
+    return "\n".join(out)
+
+
+def rows_from_reports(paths, names):
+    """The rows of earlier runs' ``report.json`` files (later files win), for ``names`` or all."""
+    rows = {}
+    for path in paths:
+        try:
+            report = json.loads(Path(path).read_text())
+            for row in report["blocks"]:
+                rows[row["block"]] = row
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise SynthError(f"{path}: field 'blocks': not a timing report ({e})") from None
+    names = names or [n for n in BLOCKS if n in rows]
+    missing = [n for n in names if n not in rows]
+    if missing:
+        raise SynthError(f"{paths[-1]}: field 'blocks': no row for block {missing[0]!r}")
+    return [rows[n] for n in names]
+
+
 def load_record(path=RECORD):
     """``{block: fmax_mhz}`` of the record; a clear error names the file and the field."""
     path = Path(path)
@@ -306,6 +340,10 @@ def main(argv=None):
     parser.add_argument("--accel", default=None, help="accelerator config as JSON (default: the project's)")
     parser.add_argument("--build-dir", default=str(DEFAULT_BUILD_DIR))
     parser.add_argument("--list", action="store_true", help="list the blocks and exit")
+    parser.add_argument("--from-report", action="append", metavar="REPORT", default=None,
+                        help="build nothing: take the rows of an earlier run's report.json (repeatable; "
+                             "later files win)")
+    parser.add_argument("--markdown", action="store_true", help="print the table as Markdown")
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--check", action="store_true",
                       help=f"exit 1 if a block's Fmax is more than {TOLERANCE:.0%} below {RECORD.name}")
@@ -327,23 +365,27 @@ def main(argv=None):
                 cfg = AccelConfig.from_json(args.accel)
             except ConfigError as e:
                 raise SynthError(str(e)) from None
-        build_dir = Path(args.build_dir)
-        build_dir.mkdir(parents=True, exist_ok=True)
-        start = time.monotonic()
-        print(f"hw.timing: {len(names)} block(s) at {args.mhz:g} MHz, {min(args.jobs, len(names))} at a "
-              f"time, in {build_dir}", file=sys.stderr)
+        if args.from_report:
+            rows = rows_from_reports(args.from_report, args.blocks)
+        else:
+            build_dir = Path(args.build_dir)
+            build_dir.mkdir(parents=True, exist_ok=True)
+            start = time.monotonic()
+            print(f"hw.timing: {len(names)} block(s) at {args.mhz:g} MHz, {min(args.jobs, len(names))} "
+                  f"at a time, in {build_dir}", file=sys.stderr)
 
-        def progress(row):
-            done = (f"{row['fmax_mhz']:.1f} MHz in {row['seconds']:.0f} s" if "error" not in row
-                    else f"error: {row['error']}")
-            print(f"hw.timing: {row['block']}: {done}", file=sys.stderr)
+            def progress(row):
+                done = (f"{row['fmax_mhz']:.1f} MHz in {row['seconds']:.0f} s" if "error" not in row
+                        else f"error: {row['error']}")
+                print(f"hw.timing: {row['block']}: {done}", file=sys.stderr)
 
-        rows = run_blocks(names, jobs=min(args.jobs, len(names)), progress=progress, mhz=args.mhz,
-                          cfg=cfg, build_dir=build_dir)
-        report = {"target_mhz": args.mhz, "blocks": rows, "seconds": round(time.monotonic() - start, 1)}
-        write_report(report, build_dir / "report.json")
-        print(format_rows(rows))
-        print(f"report: {build_dir / 'report.json'}")
+            rows = run_blocks(names, jobs=min(args.jobs, len(names)), progress=progress, mhz=args.mhz,
+                              cfg=cfg, build_dir=build_dir)
+            report = {"target_mhz": args.mhz, "blocks": rows, "seconds": round(time.monotonic() - start, 1)}
+            write_report(report, build_dir / "report.json")
+        print(format_markdown(rows) if args.markdown else format_rows(rows))
+        if not args.from_report:
+            print(f"report: {build_dir / 'report.json'}")
         if args.record:
             write_record(rows)
             print(f"recorded in {RECORD}")
