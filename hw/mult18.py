@@ -22,7 +22,7 @@ class Mult18(wiring.Component):
     ``REG_INPUTB_CLK`` and ``REG_OUTPUT_CLK`` on ``CLK0``: the three pipeline registers sit inside
     the DSP block. Yosys never puts registers into the block by itself, and with fabric registers
     around an inferred multiplier the routing to and from the block limits the clock (see
-    ``docs/architecture.md``, "Timing"). Everywhere else (simulation, Verilog for cocotb) it is
+    ``docs/timing.md``). Everywhere else (simulation, Verilog for cocotb) it is
     the behavioural model below, cycle for cycle the same: ``tests/test_mult18.py`` and
     ``tb/mult18`` check the two against each other.
 
