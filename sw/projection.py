@@ -11,8 +11,9 @@ Three parts, each labelled in the output by where its numbers come from:
 1. **Real units** for the shipped model on the ECP5 accelerator: the RTL's cycle counts
    (``build/bench/report.json``, measured by ``nox -s bench``) and the cycle model on the whole
    shipped trace, turned into milliseconds per frame and per 8-frame video and into GOPS, at the
-   Fmax that nextpnr measured (``fmax_mhz`` of the synthesis report) or at a clock given with
-   ``--assume-mhz``, which is then reported as assumed.
+   clock the bitstream runs at (``pll_mhz`` of the synthesis report when timing is met; a report
+   that misses timing gives its ``fmax_mhz``, labelled as a clock no bitstream runs at) or at a
+   clock given with ``--assume-mhz``, which is then reported as assumed.
 2. **Projection** of the same architecture to VILA-U-7B (32 layers, d 4096, d_ff 11008, 256
    tokens per frame, 8 frames, CFG batch 2) on an AMD Alveo U280, with the MLP weights streamed
    from HBM. The compute time of a group is the RTL-checked schedule of :mod:`sw.perfmodel` at the
