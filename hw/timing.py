@@ -34,8 +34,18 @@ from pathlib import Path
 
 from amaranth.lib import data, wiring
 
-from hw.synth import (DEFAULT_BOARD_FILE, REPO_ROOT, HarnessTop, SynthError, build_and_parse,
-                      compute_pll, load_board, make_platform, setup_tool_env, write_report)
+from hw.synth import (
+    DEFAULT_BOARD_FILE,
+    REPO_ROOT,
+    HarnessTop,
+    SynthError,
+    build_and_parse,
+    compute_pll,
+    load_board,
+    make_platform,
+    setup_tool_env,
+    write_report,
+)
 
 __all__ = ["BLOCKS", "TARGET_MHZ", "TOLERANCE", "RECORD", "make_block", "run_block", "run_blocks",
            "check_against_record", "main"]
@@ -61,8 +71,7 @@ class ReduceStage(wiring.Component):
     """
 
     def __init__(self, cfg):
-        from hw.mlp_core import partial_layout
-        from hw.mlp_core import chunk_tiles
+        from hw.mlp_core import chunk_tiles, partial_layout
         from hw.reducer import Reducer
         from hw.widths import index_bits
 
@@ -140,9 +149,8 @@ def _rob(cfg):
 
 
 def _uart(cfg):
-    from hw.board_core import READS, WRITES, _accel_streams, counter_names
     from hw.accelerator import COUNTER_BITS
-    from hw.board_core import info_bytes
+    from hw.board_core import READS, WRITES, _accel_streams, counter_names, info_bytes
     from hw.uart_bridge import UartBridge
     streams = _accel_streams(cfg)
     return UartBridge({n: streams[n] for n in WRITES}, {n: streams[n] for n in READS},
@@ -249,7 +257,7 @@ def format_rows(rows):
                       + f"{r['target_mhz']:.0f}", str(r["dsp"]), str(r["ebr"]), str(r["lut4"]),
                       str(r["ff"]), split, f"{r['seconds']:.0f}", path))
     widths = [max(len(row[i]) for row in lines) for i in range(len(head))]
-    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in lines)
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in lines)
 
 
 def format_markdown(rows):
