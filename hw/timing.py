@@ -257,7 +257,8 @@ def format_rows(rows):
                       + f"{r['target_mhz']:.0f}", str(r["dsp"]), str(r["ebr"]), str(r["lut4"]),
                       str(r["ff"]), split, f"{r['seconds']:.0f}", path))
     widths = [max(len(row[i]) for row in lines) for i in range(len(head))]
-    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in lines)
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+                     for row in lines)
 
 
 def format_markdown(rows):
