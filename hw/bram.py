@@ -8,7 +8,7 @@ from amaranth.utils import ceil_log2
 
 from hw.mult18 import is_ecp5
 
-__all__ = ["Bram", "BramPair", "CONFIGS", "data_width_for", "initvals", "word_position"]
+__all__ = ["Bram", "BramPair", "BramReference", "CONFIGS", "data_width_for", "initvals", "word_position"]
 
 #: ``(DATA_WIDTH, words)`` of one DP16KD in true dual-port mode. The 36-bit configuration only
 #: exists in pseudo-dual-port mode and is not offered here.
@@ -221,6 +221,31 @@ class Bram(wiring.Component):
             i_RSTB=Const(0),
             **params, **ports,
         )
+
+
+class BramReference:
+    """:class:`Bram`'s behaviour in Python, one clock edge at a time (for the tests of the model and
+    of the ``DP16KD`` instance).
+
+    ``r_data`` is what the port shows before the next edge; :meth:`edge` applies one rising edge
+    with the inputs held during the cycle: the output register takes the read stage's word (when
+    ``r_ce_out``), the read stage reads old data (when ``r_en``), then the write. Both registers
+    start at 0.
+    """
+
+    def __init__(self, width, depth, init=()):
+        words = 1 << (depth - 1).bit_length()
+        self.mem = list(init) + [0] * (words - len(init))
+        self.stage = 0
+        self.r_data = 0
+
+    def edge(self, w_en, w_addr, w_data, r_en, r_addr, r_ce_out):
+        if r_ce_out:
+            self.r_data = self.stage
+        if r_en:
+            self.stage = self.mem[r_addr]
+        if w_en:
+            self.mem[w_addr] = w_data
 
 
 class BramPair(wiring.Component):

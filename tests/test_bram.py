@@ -13,37 +13,30 @@ from pathlib import Path
 import pytest
 from amaranth import Module
 from amaranth.back import rtlil, verilog
-from amaranth.hdl import Fragment, Instance
+from amaranth.hdl import Fragment
 from amaranth.lib import memory, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.sim import Simulator
 
-from hw.bram import Bram, data_width_for, initvals, word_position
+from hw.bram import Bram, BramReference, data_width_for, initvals, word_position
+from tests.fragments import Ecp5Stub, instances
 
 
 def run_model(dut, init, steps):
     """Drive ``steps`` (``(w_en, w_addr, w_data, r_en, r_addr, r_ce_out)`` per cycle) into the
     model; returns ``r_data`` seen in each cycle and what a reference with latency 2 expects."""
-    mem = list(init) + [0] * ((1 << len(dut.r_addr)) - len(init))
+    ref = BramReference(len(dut.r_data), 1 << len(dut.r_addr), init)
     seen, want = [], []
-    stage = out = 0
 
     async def bench(ctx):
-        nonlocal stage, out
-        for w_en, w_addr, w_data, r_en, r_addr, ce_out in steps:
+        for step in steps:
             seen.append(ctx.get(dut.r_data))
-            want.append(out)
-            for sig, v in ((dut.w_en, w_en), (dut.w_addr, w_addr), (dut.w_data, w_data),
-                           (dut.r_en, r_en), (dut.r_addr, r_addr), (dut.r_ce_out, ce_out)):
+            want.append(ref.r_data)
+            for sig, v in zip((dut.w_en, dut.w_addr, dut.w_data, dut.r_en, dut.r_addr, dut.r_ce_out),
+                              step, strict=True):
                 ctx.set(sig, v)
             await ctx.tick()
-            # The reference's clock edge: output register, read stage (old data), write.
-            if ce_out:
-                out = stage
-            if r_en:
-                stage = mem[r_addr]
-            if w_en:
-                mem[w_addr] = w_data
+            ref.edge(*step)
 
     sim = Simulator(dut)
     sim.add_clock(1e-8)
@@ -130,23 +123,12 @@ def test_bad_parameters(args, kwargs, error, match):
         Bram(*args, **kwargs)
 
 
-class _Ecp5:
-    family = "ecp5"
-
-
-def _instances(frag):
-    if isinstance(frag, Instance):
-        yield frag
-    for sub, *_ in getattr(frag, "subfragments", []):
-        yield from _instances(sub)
-
-
 @pytest.mark.parametrize("platform, primitive, want", [
-    (None, None, 0), (_Ecp5(), None, 1), (None, True, 1), (_Ecp5(), False, 0)])
+    (None, None, 0), (Ecp5Stub(), None, 1), (None, True, 1), (Ecp5Stub(), False, 0)])
 def test_primitive_on_ecp5_or_when_forced(platform, primitive, want):
     init = [5, 6, 7]
     dut = Bram(9, 2048, init=init, primitive=primitive)
-    insts = [i for i in _instances(Fragment.get(dut, platform)) if i.type == "DP16KD"]
+    insts = [i for i in instances(Fragment.get(dut, platform)) if i.type == "DP16KD"]
     assert len(insts) == want
     if want:
         p = insts[0].parameters

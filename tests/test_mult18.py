@@ -3,10 +3,11 @@
 import random
 
 import pytest
-from amaranth.hdl import Fragment, Instance
+from amaranth.hdl import Fragment
 from amaranth.sim import Simulator
 
 from hw.mult18 import Mult18, is_ecp5
+from tests.fragments import Ecp5Stub, instances
 
 
 def test_model_products_two_cycles_late():
@@ -31,21 +32,10 @@ def test_model_products_two_cycles_late():
     assert seen[1:len(ops) + 1] == [a * b for a, b in ops]
 
 
-class _Ecp5:
-    family = "ecp5"
-
-
-def _instances(frag):
-    if isinstance(frag, Instance):
-        yield frag
-    for sub, *_ in getattr(frag, "subfragments", []):
-        yield from _instances(sub)
-
-
-@pytest.mark.parametrize("platform, want", [(None, 0), (_Ecp5(), 1)])
+@pytest.mark.parametrize("platform, want", [(None, 0), (Ecp5Stub(), 1)])
 def test_primitive_only_on_ecp5(platform, want):
     assert is_ecp5(platform) == bool(want)
-    insts = [i for i in _instances(Fragment.get(Mult18(8, 8), platform)) if i.type == "MULT18X18D"]
+    insts = [i for i in instances(Fragment.get(Mult18(8, 8), platform)) if i.type == "MULT18X18D"]
     assert len(insts) == want
     if want:
         p = insts[0].parameters

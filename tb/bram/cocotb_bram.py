@@ -12,6 +12,8 @@ import cocotb
 from cocotb.clock import Clock
 from cocotb.triggers import FallingEdge
 
+from hw.bram import BramReference
+
 
 def init_words(width: int, depth: int) -> list[int]:
     """Initial contents: random words everywhere except the last three addresses (left 0)."""
@@ -52,32 +54,22 @@ async def check_pair(dut, prefix: str, width: int, depth: int, seed: int, n: int
     def port(name):
         return getattr(dut, f"{prefix}_{name}")
 
-    words = 1 << (depth - 1).bit_length()
-    mem = init_words(width, depth)
-    mem += [0] * (words - len(mem))
-    latch = out = 0          # the read stage and the output register; both start at 0
+    ref = BramReference(width, depth, init_words(width, depth))
     checked = 0
     # Inputs change at falling edges; after falling edge j, r_data shows the rising edge before
     # it, which the reference applies first.
-    for i, (w_en, w_addr, w_data, r_en, r_addr, ce_out) in enumerate(stimulus(width, depth, seed, n)):
+    for i, step in enumerate(stimulus(width, depth, seed, n)):
         await FallingEdge(dut.clk)
         model, ebr = port("r_data_model").value, port("r_data_ebr").value
         where = f"{width}x{depth}, cycle {i}"
         assert model.is_resolvable and ebr.is_resolvable, f"{where}: model {model}, DP16KD {ebr}"
         model, ebr = int(model), int(ebr)
         assert model == ebr, f"{where}: model {model:#x} != DP16KD {ebr:#x}"
-        assert ebr == out, f"{where}: r_data {ebr:#x}, expected {out:#x}"
+        assert ebr == ref.r_data, f"{where}: r_data {ebr:#x}, expected {ref.r_data:#x}"
         checked += 1
-        port("w_en").value, port("w_addr").value, port("w_data").value = w_en, w_addr, w_data
-        port("r_en").value, port("r_addr").value, port("r_ce_out").value = r_en, r_addr, ce_out
-        # The next rising edge, in the reference: the output register takes the read stage's
-        # word, the read stage reads (old data: never the word written at this edge), the write.
-        if ce_out:
-            out = latch
-        if r_en:
-            latch = mem[r_addr]
-        if w_en:
-            mem[w_addr] = w_data
+        for name, v in zip(("w_en", "w_addr", "w_data", "r_en", "r_addr", "r_ce_out"), step, strict=True):
+            port(name).value = v
+        ref.edge(*step)
     return checked
 
 
