@@ -142,6 +142,9 @@ class AccelConfig:
         Hidden chunks a row is cut into; the unit of work the dispatcher hands out.
     gate_lanes, tas_lanes : int
         Elements per cycle of the gating stage and products per cycle of the TAS unit.
+    mv_in, mv_out : int
+        v2 datapath: each core is a weight-resident ``mv_in x mv_out`` matrix-vector unit
+        (``mv_in`` activations times ``mv_out`` outputs per cycle, one MAC each).
     """
 
     d_model: int = SHIPPED_MODEL["d_model"]
@@ -155,6 +158,8 @@ class AccelConfig:
     chunks: int = 8
     gate_lanes: int = 2
     tas_lanes: int = 16
+    mv_in: int = 8
+    mv_out: int = 8
 
     def __post_init__(self):
         for f in dataclasses.fields(self):
@@ -170,7 +175,9 @@ class AccelConfig:
         f = self.d_ff // self.chunks
         for name, n, m in (("d_model", self.d_model, self.rows), ("d_model", self.d_model, self.cols),
                            ("d_ff / chunks", f, self.rows), ("d_ff / chunks", f, self.cols),
-                           ("d_ff / chunks", f, self.gate_lanes), ("d_model", self.d_model, self.tas_lanes)):
+                           ("d_ff / chunks", f, self.gate_lanes), ("d_model", self.d_model, self.tas_lanes),
+                           ("d_model", self.d_model, self.mv_in), ("d_model", self.d_model, self.mv_out),
+                           ("d_ff / chunks", f, self.mv_in), ("d_ff / chunks", f, self.mv_out)):
             if n % m:
                 raise ConfigError(f"accelerator config: {name}={n} is not a multiple of {m}")
         try:
@@ -196,6 +203,35 @@ class AccelConfig:
     def macs(self) -> int:
         """MAC units: three tiles per core."""
         return 3 * self.rows * self.cols * self.cores
+
+    @property
+    def mv_macs(self) -> int:
+        """MAC units of the v2 datapath: one ``mv_in x mv_out`` unit per core."""
+        return self.mv_in * self.mv_out * self.cores
+
+    @property
+    def mv_blocks_per_chunk(self) -> tuple[int, int]:
+        """Weight blocks (``mv_in x mv_out`` each) of one chunk's GU pass (gate and up) and D pass
+        (down); one block is one cycle of a core."""
+        f = self.chunk_width
+        gu = 2 * (self.d_model // self.mv_in) * (f // self.mv_out)
+        dn = (f // self.mv_in) * (self.d_model // self.mv_out)
+        return gu, dn
+
+    @property
+    def mv_weight_blocks(self) -> int:
+        """Weight blocks of every layer and chunk: the depth of the v2 weight store."""
+        return self.layers * self.chunks * sum(self.mv_blocks_per_chunk)
+
+    @property
+    def gu_sum_bits(self) -> int:
+        """Width of a gate or up sum (``d_model`` products)."""
+        return quant.sum_bits(self.d_model)
+
+    @property
+    def row_sum_bits(self) -> int:
+        """Width of a down-projection row sum (``d_ff`` products, over every chunk)."""
+        return quant.sum_bits(self.d_ff)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)

@@ -71,6 +71,19 @@ def check_accumulator(k: int, acc_bits: int = ACC_BITS, *, what: str = "K") -> N
         )
 
 
+def sum_bits(k: int) -> int:
+    """Signed width that holds every sum of ``k`` int8 x int8 products exactly.
+
+    The worst cases are ``k * 16384`` (all products ``(-128) * (-128)``) and ``-k * 16256``, so
+    ``bit_length(k * 16384) + 1`` bits. The hardware may keep such a sum in fewer bits than
+    :data:`ACC_BITS`: the value is the same integer, so nothing of the spec changes.
+    """
+    if not isinstance(k, int) or k < 1:
+        raise ValueError(f"sum_bits: k must be a positive integer, not {k!r}")
+    check_accumulator(k)
+    return (k * max_abs_product()).bit_length() + 1
+
+
 def _as_int64(a, name: str, lo: int, hi: int) -> np.ndarray:
     arr = np.asarray(a)
     if arr.dtype.kind not in "iu":

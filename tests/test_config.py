@@ -37,3 +37,22 @@ def test_config_json_errors_name_the_file(tmp_path):
     p.write_text(json.dumps({"rows": 1, "k_dim": 200000}))
     with pytest.raises(ConfigError, match="tile.json: tile config: k_dim=200000 could overflow"):
         TileConfig.from_json(p)
+
+
+@pytest.mark.parametrize("kw,msg", [
+    ({"mv_in": 5}, "d_model=96 is not a multiple of 5"),
+    ({"mv_out": 32, "chunks": 16}, "d_ff / chunks=16 is not a multiple of 32"),
+])
+def test_bad_mv_geometry_is_refused(kw, msg):
+    from sw.config import AccelConfig, ConfigError
+    with pytest.raises(ConfigError, match=msg):
+        AccelConfig(**kw)
+
+
+def test_mv_geometry_of_the_default():
+    from sw.config import DEFAULT_ACCEL as c
+    assert c.mv_macs == 128
+    # GU pass: (96 / 8 inputs) x (32 / 8 outputs) x gate and up; D pass: (32 / 8) x (96 / 8).
+    assert c.mv_blocks_per_chunk == (96, 48)
+    assert c.mv_weight_blocks == 4 * 8 * 144
+    assert (c.gu_sum_bits, c.row_sum_bits) == (22, 24)
