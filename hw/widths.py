@@ -2,7 +2,7 @@
 
 from amaranth.hdl import Const, Value
 
-from sw.quant import max_abs_product
+from sw.quant import sum_bits  # noqa: F401  (one rule, used by the gateware through this module)
 
 __all__ = ["index_bits", "mul_const", "sum_bits"]
 
@@ -10,17 +10,6 @@ __all__ = ["index_bits", "mul_const", "sum_bits"]
 def index_bits(n: int) -> int:
     """Bits of an index into ``n`` items (at least 1, so a single item still has a field)."""
     return max(1, (n - 1).bit_length())
-
-
-def sum_bits(terms: int) -> int:
-    """Signed bits that hold any sum of ``terms`` int8 x int8 products.
-
-    The largest magnitude is ``terms * (-128) * (-128)`` (positive), so the width is that
-    number's bit length plus the sign bit: 16 bits for one product, 18 for four.
-    """
-    if not isinstance(terms, int) or terms < 1:
-        raise ValueError(f"sum_bits needs a positive number of products, not {terms!r}")
-    return (terms * max_abs_product()).bit_length() + 1
 
 
 def mul_const(value, c: int):

@@ -72,14 +72,15 @@ def check_accumulator(k: int, acc_bits: int = ACC_BITS, *, what: str = "K") -> N
 
 
 def sum_bits(k: int) -> int:
-    """Signed width that holds every sum of ``k`` int8 x int8 products exactly.
+    """Signed bits that hold any sum of ``k`` int8 x int8 products exactly.
 
-    The worst cases are ``k * 16384`` (all products ``(-128) * (-128)``) and ``-k * 16256``, so
-    ``bit_length(k * 16384) + 1`` bits. The hardware may keep such a sum in fewer bits than
-    :data:`ACC_BITS`: the value is the same integer, so nothing of the spec changes.
+    The largest magnitude is ``k * (-128) * (-128)`` (positive), so the width is that number's bit
+    length plus the sign bit: 16 bits for one product, 18 for four. The hardware may keep such a
+    sum in fewer bits than :data:`ACC_BITS`: the value is the same integer, so nothing of the spec
+    changes (``tests/formal/test_accumulators.py`` proves the widths the gateware uses).
     """
     if not isinstance(k, int) or k < 1:
-        raise ValueError(f"sum_bits: k must be a positive integer, not {k!r}")
+        raise ValueError(f"sum_bits needs a positive number of products, not {k!r}")
     check_accumulator(k)
     return (k * max_abs_product()).bit_length() + 1
 
