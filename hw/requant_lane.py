@@ -1,0 +1,117 @@
+"""One requantisation per cycle, fixed latency: ``saturate(round_half_even(acc * mult / 2**shift))``."""
+
+from amaranth import *
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from hw.mult18 import WIDTH as DSP_WIDTH
+from hw.mult18 import Mult18
+from hw.requant import round_shift, saturate, shift_controls
+from sw import quant
+
+__all__ = ["RequantLane", "lane_in_layout", "lane_out_layout"]
+
+#: Low part of a split operand: 17 bits, unsigned, so that it is a non-negative 18-bit signed
+#: operand of the DSP.
+LO_BITS = DSP_WIDTH - 1
+
+
+def lane_in_layout(acc_bits, tag_bits):
+    return data.StructLayout({"acc": signed(acc_bits), "mult": unsigned(quant.MULT_BITS),
+                              "shift": unsigned(quant.SHIFT_BITS), "tag": max(1, tag_bits)})
+
+
+def lane_out_layout(tag_bits):
+    return data.StructLayout({"y": signed(8), "tag": max(1, tag_bits)})
+
+
+class RequantLane(wiring.Component):
+    """A requantiser lane for pipelines that never stall: one value in and one out per cycle,
+    exactly :func:`sw.quant.requantize` (round half to even, saturate to int8).
+
+    The value, its ``(mult, shift)`` and a tag enter together and leave :attr:`latency` cycles
+    later. There is no backpressure and no clock enable, so no handshake fans out into the
+    registers (``docs/timing.md``): the consumer takes every output.
+
+    Stages: the operands in the DSP input registers (:class:`hw.mult18.Mult18`); the product(s)
+    in the DSP output registers; for an ``acc`` wider than 18 bits, ``acc = hi * 2**17 + lo`` with
+    ``lo`` unsigned, so ``acc * mult = (hi * mult << 17) + lo * mult`` from two DSPs, added in
+    the third stage; the arithmetic shift and the rounding increment; the increment added and
+    saturated. ``mult`` is unsigned 16-bit, a 17-bit signed operand.
+
+    Parameters
+    ----------
+    acc_bits : int
+        Signed width of the values (for example :func:`sw.quant.sum_bits` of the sum's length);
+        at most :data:`sw.quant.ACC_BITS`.
+    tag_bits : int
+        Width of the tag that travels with each value (at least 1 bit is kept).
+
+    Members
+    -------
+    i : In(stream.Signature(lane_in_layout(acc_bits, tag_bits), always_ready=True))
+    o : Out(stream.Signature(lane_out_layout(tag_bits), always_ready=True))
+    """
+
+    latency = 5
+
+    def __init__(self, acc_bits, tag_bits=1):
+        if not isinstance(acc_bits, int) or not 2 <= acc_bits <= quant.ACC_BITS:
+            raise ValueError(f"RequantLane acc_bits must be an integer in 2..{quant.ACC_BITS}, "
+                             f"not {acc_bits!r}")
+        if not isinstance(tag_bits, int) or tag_bits < 0:
+            raise ValueError(f"RequantLane tag_bits must be an integer >= 0, not {tag_bits!r}")
+        self._acc_bits, self._tag_bits = acc_bits, tag_bits
+        super().__init__({
+            "i": In(stream.Signature(lane_in_layout(acc_bits, tag_bits), always_ready=True)),
+            "o": Out(stream.Signature(lane_out_layout(tag_bits), always_ready=True)),
+        })
+
+    @property
+    def dsps(self) -> int:
+        """MULT18X18D blocks of this lane: one when ``acc`` fits an 18-bit operand, else two."""
+        return 1 if self._acc_bits <= DSP_WIDTH else 2
+
+    def elaborate(self, platform):
+        m = Module()
+        A = self._acc_bits
+        mult_w = quant.MULT_BITS + 1
+        width = A + mult_w                   # the signed product
+        acc, mult = self.i.p.acc, self.i.p.mult
+
+        # Stages 1-2: the DSPs (input and output registers inside the block).
+        if self.dsps == 1:
+            mul = Mult18(A, mult_w)
+            m.submodules.mul = mul
+            m.d.comb += [mul.a.eq(acc), mul.b.eq(mult)]
+            full = mul.p
+        else:
+            lo = Mult18(LO_BITS + 1, mult_w)
+            hi = Mult18(A - LO_BITS, mult_w)
+            m.submodules.mul_lo, m.submodules.mul_hi = lo, hi
+            m.d.comb += [lo.a.eq(acc[:LO_BITS]), hi.a.eq(acc[LO_BITS:].as_signed()),
+                         lo.b.eq(mult), hi.b.eq(mult)]
+            full = (hi.p << LO_BITS) + lo.p
+
+        valid = Signal(self.latency, reset_less=False)
+        tag = [Signal.like(self.i.p.tag, name=f"tag_{s}", reset_less=True) for s in range(self.latency)]
+        shift = [Signal(quant.SHIFT_BITS, name=f"shift_{s}", reset_less=True) for s in range(2)]
+        m.d.sync += [valid.eq(Cat(self.i.valid, valid[:-1])), tag[0].eq(self.i.p.tag),
+                     shift[0].eq(self.i.p.shift), shift[1].eq(shift[0])]
+        for s in range(1, self.latency):
+            m.d.sync += tag[s].eq(tag[s - 1])
+
+        # Stage 3: the product; the shift's controls registered beside it.
+        prod = Signal(signed(width), reset_less=True)
+        m.d.sync += prod.eq(full)
+        controls = shift_controls(m, shift[1], width + 1, domain="sync")
+        # Stage 4: arithmetic shift and rounding increment.
+        q, up = round_shift(m, prod, controls=controls)
+        q4 = Signal.like(q, reset_less=True)
+        up4 = Signal(reset_less=True)
+        m.d.sync += [q4.eq(q), up4.eq(up)]
+        # Stage 5: increment and saturation.
+        y = Signal(signed(8), reset_less=True)
+        m.d.sync += y.eq(saturate(m, q4, up4))
+        m.d.comb += [self.o.valid.eq(valid[-1]), self.o.p.y.eq(y), self.o.p.tag.eq(tag[-1])]
+        return m
