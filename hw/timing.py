@@ -99,6 +99,12 @@ class ReduceStage(wiring.Component):
         return m
 
 
+def _mv(cfg):
+    from hw.mv_unit import MvUnit
+    from sw.quant import sum_bits
+    return MvUnit(cfg.mv_in, cfg.mv_out, max(cfg.gu_sum_bits, sum_bits(cfg.chunk_width)))
+
+
 def _pe(cfg):
     from hw.pe import ProcessingElement
     return ProcessingElement(cfg.gate_tile.weight_depth * cfg.layers * cfg.chunks, lanes=cfg.cores)
@@ -160,6 +166,7 @@ def _uart(cfg):
 
 #: Block name -> (what it is, factory from an :class:`sw.config.AccelConfig`). In data-flow order.
 BLOCKS = {
+    "mv": ("v2 matrix-vector unit: mv_in x mv_out MULT18X18D, registered adder trees, accumulators", _mv),
     "pe": ("one processing element: weight block RAM (both ports), 2 MULT18X18D, partial sums", _pe),
     "array": ("the gate tile's systolic array of PEs with its skew", _array),
     "tile": ("one GEMM tile: row sequencer, array, deskew, requantiser, output FIFO", _tile),
