@@ -8,7 +8,8 @@ from amaranth.utils import ceil_log2
 
 from hw.mult18 import is_ecp5
 
-__all__ = ["Bram", "BramPair", "BramReference", "CONFIGS", "data_width_for", "initvals", "word_position"]
+__all__ = ["Bram", "BramPair", "BramReference", "BramTdp", "BramTdpPair", "BramTdpReference", "CONFIGS",
+           "data_width_for", "initvals", "word_position"]
 
 #: ``(DATA_WIDTH, words)`` of one DP16KD in true dual-port mode. The 36-bit configuration only
 #: exists in pseudo-dual-port mode and is not offered here.
@@ -272,4 +273,209 @@ class BramPair(wiring.Component):
                          side.w_en.eq(self.w_en), side.r_addr.eq(self.r_addr),
                          side.r_en.eq(self.r_en), side.r_ce_out.eq(self.r_ce_out)]
         m.d.comb += [self.r_data_model.eq(model.r_data), self.r_data_ebr.eq(ebr.r_data)]
+        return m
+
+
+class BramTdp(wiring.Component):
+    """True dual-port block RAM: port A reads or writes, port B reads; both reads registered twice.
+
+    On an ECP5 platform this is one hand-instantiated ``DP16KD`` in true dual-port mode with
+    ``REGMODE_A = REGMODE_B = "OUTREG"`` and ``WRITEMODE_A = "NORMAL"``; everywhere else the
+    behavioural model below, cycle for cycle the same (``tests/test_bram.py`` checks the model
+    against :class:`BramTdpReference`, ``tb/bram`` the model against the instance). Both ports run
+    on the ``sync`` clock and read on every cycle (no clock enables: the pipelines it serves never
+    stall). Width and depth as for :class:`Bram`: one DP16KD, the narrowest ``DATA_WIDTH`` of at
+    least ``width`` bits.
+
+    Timing, per port: the address presented in cycle t is captured by the block at the end of t;
+    the word is in the output register at the end of t + 1 and on ``a_rdata`` / ``b_rdata`` in
+    cycle t + 2 (``latency = 2``). A write (``a_we`` high in cycle t) stores ``a_wdata`` at
+    ``a_addr`` at the end of t; reads whose address is captured from cycle t + 1 on see it.
+
+    Port A on a write cycle (``WRITEMODE_A = "NORMAL"``): the port does not read. Its read stage
+    keeps the word of its last read, so ``a_rdata`` in cycle t + 2 repeats the word it showed in
+    t + 1 (or the word of the last read before it, over several writes in a row).
+
+    Port B reading the word port A writes in the same cycle is undefined on the DP16KD (a
+    collision); the model returns the old word. Do not rely on either.
+
+    No resets (``RSTA``/``RSTB`` low, ``GSR`` disabled); the model's read registers start at 0.
+
+    Parameters
+    ----------
+    width : int
+        Word width, 1 to 18.
+    depth : int
+        Number of words, at least 2 and at most what one DP16KD holds at that width (1,024 at
+        18 bits).
+    init : list of int
+        Initial contents from address 0, as for :class:`Bram`.
+    primitive : bool or None
+        ``True`` forces the ``DP16KD`` instance, ``False`` the model; ``None`` (default) picks
+        the instance exactly when the platform is an ECP5.
+
+    Members
+    -------
+    a_addr : In(ceil_log2(depth))
+    a_wdata : In(width)
+    a_we : In(1)
+        Writes ``a_wdata`` to ``a_addr`` at the end of the cycle (instead of reading it).
+    a_rdata : Out(width)
+    b_addr : In(ceil_log2(depth))
+    b_rdata : Out(width)
+    """
+
+    latency = 2
+
+    def __init__(self, width: int, depth: int, *, init=(), primitive: bool | None = None):
+        self._dw = data_width_for(width, depth)
+        init = list(init)
+        if len(init) > depth:
+            raise ValueError(f"BramTdp init has {len(init)} words, more than depth {depth}")
+        for addr, v in enumerate(init):
+            if not isinstance(v, int) or not 0 <= v < (1 << width):
+                raise ValueError(f"BramTdp init word {addr} must be an integer in 0..{(1 << width) - 1}, "
+                                 f"not {v!r}")
+        if primitive not in (None, True, False):
+            raise TypeError(f"BramTdp primitive must be None, True or False, not {primitive!r}")
+        self._width, self._depth, self._init, self._primitive_choice = width, depth, init, primitive
+        self._abits = ceil_log2(depth)
+        super().__init__({
+            "a_addr": In(self._abits), "a_wdata": In(width), "a_we": In(1), "a_rdata": Out(width),
+            "b_addr": In(self._abits), "b_rdata": Out(width),
+        })
+
+    @property
+    def width(self) -> int:
+        return self._width
+
+    @property
+    def depth(self) -> int:
+        return self._depth
+
+    @property
+    def data_width(self) -> int:
+        """The ``DATA_WIDTH_A/B`` of the DP16KD."""
+        return self._dw
+
+    @property
+    def init(self) -> list[int]:
+        return list(self._init)
+
+    def elaborate(self, platform):
+        m = Module()
+        use = is_ecp5(platform) if self._primitive_choice is None else self._primitive_choice
+        if use:
+            self._primitive(m)
+            return m
+        m.submodules.mem = mem = memory.Memory(shape=unsigned(self._width), depth=1 << self._abits,
+                                               init=self._init)
+        wr = mem.write_port()
+        # Asynchronous reads into registers of our own (see Bram): old data on a collision, and
+        # port A's read stage holds on a write (WRITEMODE NORMAL).
+        rd_a, rd_b = mem.read_port(domain="comb"), mem.read_port(domain="comb")
+        stage_a = Signal(self._width, reset_less=True)
+        stage_b = Signal(self._width, reset_less=True)
+        out_a = Signal(self._width, reset_less=True)
+        out_b = Signal(self._width, reset_less=True)
+        m.d.comb += [
+            wr.addr.eq(self.a_addr), wr.data.eq(self.a_wdata), wr.en.eq(self.a_we),
+            rd_a.addr.eq(self.a_addr), rd_b.addr.eq(self.b_addr),
+            self.a_rdata.eq(out_a), self.b_rdata.eq(out_b),
+        ]
+        with m.If(~self.a_we):
+            m.d.sync += stage_a.eq(rd_a.data)
+        m.d.sync += [stage_b.eq(rd_b.data), out_a.eq(stage_a), out_b.eq(stage_b)]
+        return m
+
+    def _primitive(self, m):
+        # Word address in the high address bits; at 18 bits ADA1..0 are the byte enables of a
+        # write (both on; ignored by a read).
+        shift = {1: 0, 2: 1, 4: 2, 9: 3, 18: 4}[self._dw]
+        ada, adb = Signal(14), Signal(14)
+        dia, doa, dob = Signal(18), Signal(18), Signal(18)
+        m.d.comb += [
+            ada.eq((self.a_addr << shift) | (0b11 if self._dw == 18 else 0)),
+            adb.eq(self.b_addr << shift),
+            dia.eq(self.a_wdata),
+            self.a_rdata.eq(doa[:self._width]),
+            self.b_rdata.eq(dob[:self._width]),
+        ]
+        ports = {}
+        for i in range(14):
+            ports[f"i_ADA{i}"] = ada[i]
+            ports[f"i_ADB{i}"] = adb[i]
+        for i in range(18):
+            ports[f"i_DIA{i}"] = dia[i]
+            ports[f"i_DIB{i}"] = Const(0)
+            ports[f"o_DOA{i}"] = doa[i]
+            ports[f"o_DOB{i}"] = dob[i]
+        for i in range(3):
+            ports[f"i_CSA{i}"] = Const(0)
+            ports[f"i_CSB{i}"] = Const(0)
+        params = {f"p_INITVAL_{i:02X}": Const(v, 320)
+                  for i, v in enumerate(initvals(self._init, self._dw))}
+        m.submodules.ebr = Instance(
+            "DP16KD",
+            p_DATA_WIDTH_A=self._dw, p_DATA_WIDTH_B=self._dw,
+            p_REGMODE_A="OUTREG", p_REGMODE_B="OUTREG",
+            p_WRITEMODE_A="NORMAL", p_WRITEMODE_B="NORMAL",
+            p_CSDECODE_A="0b000", p_CSDECODE_B="0b000",
+            p_RESETMODE="SYNC", p_ASYNC_RESET_RELEASE="SYNC", p_GSR="DISABLED",
+            i_CLKA=ClockSignal("sync"), i_CEA=Const(1), i_OCEA=Const(1), i_WEA=self.a_we,
+            i_RSTA=Const(0),
+            i_CLKB=ClockSignal("sync"), i_CEB=Const(1), i_OCEB=Const(1), i_WEB=Const(0),
+            i_RSTB=Const(0),
+            **params, **ports,
+        )
+
+
+class BramTdpReference:
+    """:class:`BramTdp`'s behaviour in Python, one clock edge at a time.
+
+    ``a_rdata`` / ``b_rdata`` are what the ports show before the next edge; :meth:`edge` applies
+    one rising edge with the inputs held during the cycle: the output registers take the read
+    stages' words, the read stages read old data (port A's only when it does not write), then the
+    write. All registers start at 0.
+    """
+
+    def __init__(self, width, depth, init=()):
+        words = 1 << (depth - 1).bit_length()
+        self.mem = list(init) + [0] * (words - len(init))
+        self.stage_a = self.stage_b = 0
+        self.a_rdata = self.b_rdata = 0
+
+    def edge(self, a_we, a_addr, a_wdata, b_addr):
+        self.a_rdata, self.b_rdata = self.stage_a, self.stage_b
+        if not a_we:
+            self.stage_a = self.mem[a_addr]
+        self.stage_b = self.mem[b_addr]
+        if a_we:
+            self.mem[a_addr] = a_wdata
+
+
+class BramTdpPair(wiring.Component):
+    """:class:`BramTdp`'s model and ``DP16KD`` instance side by side on the same inputs (for the
+    equivalence test)."""
+
+    def __init__(self, width: int, depth: int, *, init=()):
+        self._args = (width, depth)
+        self._init = list(init)
+        abits = ceil_log2(depth)
+        data_width_for(width, depth)
+        super().__init__({
+            "a_addr": In(abits), "a_wdata": In(width), "a_we": In(1), "b_addr": In(abits),
+            "a_rdata_model": Out(width), "a_rdata_ebr": Out(width),
+            "b_rdata_model": Out(width), "b_rdata_ebr": Out(width),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.model = model = BramTdp(*self._args, init=self._init, primitive=False)
+        m.submodules.ebr = ebr = BramTdp(*self._args, init=self._init, primitive=True)
+        for side in (model, ebr):
+            m.d.comb += [side.a_addr.eq(self.a_addr), side.a_wdata.eq(self.a_wdata),
+                         side.a_we.eq(self.a_we), side.b_addr.eq(self.b_addr)]
+        m.d.comb += [self.a_rdata_model.eq(model.a_rdata), self.a_rdata_ebr.eq(ebr.a_rdata),
+                     self.b_rdata_model.eq(model.b_rdata), self.b_rdata_ebr.eq(ebr.b_rdata)]
         return m

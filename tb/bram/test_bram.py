@@ -8,7 +8,7 @@ from amaranth import Module
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In
 
-from hw.bram import BramPair
+from hw.bram import BramPair, BramTdpPair
 from tb.bram.cocotb_bram import init_words
 from tb.runner import BUILD, available_simulators, run_cocotb
 
@@ -20,11 +20,16 @@ SIMS = available_simulators()
 CONFIGS = [(18, 1024), (9, 256), (4, 256), (2, 128), (1, 100), (13, 200)]
 
 
-class BramPairs(wiring.Component):
-    """One :class:`BramPair` per configuration, its ports prefixed ``c<i>_``."""
+#: (width, depth) of the true dual-port pairs: the 18-bit configuration filled, 9 bits in the
+#: 2,048 x 9 configuration, and a 13-bit word in a depth that is not a power of two.
+TDP_CONFIGS = [(18, 1024), (9, 2048), (13, 200)]
 
-    def __init__(self, configs):
-        self._pairs = [BramPair(w, d, init=init_words(w, d)) for w, d in configs]
+
+class BramPairs(wiring.Component):
+    """One :class:`BramPair` (or ``pair`` class) per configuration, its ports prefixed ``c<i>_``."""
+
+    def __init__(self, configs, pair=BramPair):
+        self._pairs = [pair(w, d, init=init_words(w, d)) for w, d in configs]
         super().__init__({f"c{i}_{name}": member for i, pair in enumerate(self._pairs)
                           for name, member in pair.signature.members.items()})
 
@@ -44,4 +49,14 @@ def test_primitive_equals_model(sim):
                       test_dir=HERE, build_dir=BUILD / "bram" / sim, sim=sim,
                       env={"BRAM_CONFIGS": ",".join(f"{w}x{d}" for w, d in CONFIGS)},
                       extra_sources=[HERE / "DP16KD.v"], key=("bram_pairs", CONFIGS),
+                      public="ports") == 1
+
+
+@pytest.mark.parametrize("sim", SIMS)
+def test_tdp_primitive_equals_model(sim):
+    assert run_cocotb(lambda: BramPairs(TDP_CONFIGS, BramTdpPair), toplevel="bram_tdp_pairs",
+                      test_module="cocotb_bram_tdp", test_dir=HERE, build_dir=BUILD / "bram_tdp" / sim,
+                      sim=sim,
+                      env={"BRAM_CONFIGS": ",".join(f"{w}x{d}" for w, d in TDP_CONFIGS)},
+                      extra_sources=[HERE / "DP16KD.v"], key=("bram_tdp_pairs", TDP_CONFIGS),
                       public="ports") == 1
