@@ -99,6 +99,11 @@ class ReduceStage(wiring.Component):
         return m
 
 
+def _weights(cfg):
+    from hw.weight_store import WeightStore
+    return WeightStore(cfg)
+
+
 def _mv(cfg):
     from hw.mv_unit import MvUnit
     from sw.quant import sum_bits
@@ -166,6 +171,7 @@ def _uart(cfg):
 
 #: Block name -> (what it is, factory from an :class:`sw.config.AccelConfig`). In data-flow order.
 BLOCKS = {
+    "weights": ("v2 weight store: one block per cycle on each of two ports, true dual-port DP16KD", _weights),
     "mv": ("v2 matrix-vector unit: mv_in x mv_out MULT18X18D, registered adder trees, accumulators", _mv),
     "pe": ("one processing element: weight block RAM (both ports), 2 MULT18X18D, partial sums", _pe),
     "array": ("the gate tile's systolic array of PEs with its skew", _array),
