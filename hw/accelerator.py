@@ -30,9 +30,10 @@ class Target:
 
 
 def ctrl_layout():
-    """The control word: scheduling mode and the drift guard."""
+    """The control word: scheduling mode (``static``; ``chunk_rr``: chunk round-robin instead of DRS
+    when not static, last so that the earlier fields keep their bit positions) and the drift guard."""
     return data.StructLayout({"static": 1, "refresh_en": 1, "refresh_every": FRAME_BITS,
-                              "max_chain_en": 1, "max_chain": 8})
+                              "max_chain_en": 1, "max_chain": 8, "chunk_rr": 1})
 
 
 def cfg_layout(cfg: AccelConfig):
@@ -77,9 +78,10 @@ class Accelerator(wiring.Component):
        frame earlier at this position, layer and row).
     3. A computed row goes to the :class:`hw.dispatcher.Dispatcher`, which cuts it into
        ``chunks`` hidden chunks and hands each to a free :class:`hw.mlp_core.MlpCore` lane (DRS),
-       or to core ``row mod cores`` (static). A :class:`hw.packet_arbiter.PacketArbiter` merges the
-       cores' int32 partial sums into the :class:`hw.reducer.Reducer`, which adds and requantises
-       them; the result is written back to the replay cache.
+       to core ``chunk mod cores`` (chunk round-robin) or to core ``row mod cores`` (static). A
+       :class:`hw.packet_arbiter.PacketArbiter` merges the cores' int32 partial sums into the
+       :class:`hw.reducer.Reducer`, which adds and requantises them; the result is written back
+       to the replay cache.
     4. A :class:`hw.reorder_buffer.ReorderBuffer` releases the rows in row order on ``y``, with the
        replay bit in ``user``.
 
@@ -159,7 +161,7 @@ class Accelerator(wiring.Component):
         with m.If(load & (c.target == Target.CTRL)):
             m.d.sync += ctrl.eq(c.data)
         m.d.comb += [
-            cores.h.eq(h), disp.static.eq(ctrl.static),
+            cores.h.eq(h), disp.static.eq(ctrl.static), disp.chunk_rr.eq(ctrl.chunk_rr),
             tas.refresh_en.eq(ctrl.refresh_en), tas.refresh_every.eq(ctrl.refresh_every),
             tas.max_chain_en.eq(ctrl.max_chain_en), tas.max_chain.eq(ctrl.max_chain),
         ]

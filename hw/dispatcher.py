@@ -1,4 +1,5 @@
-"""DRS dispatcher: cuts each computed row into hidden chunks and hands them to free cores."""
+"""DRS dispatcher: cuts each computed row into hidden chunks and hands them to free cores (or by
+chunk round-robin, or row-static, the schedules DRS is measured against)."""
 
 from amaranth import *
 from amaranth.lib import data, stream, wiring
@@ -26,14 +27,17 @@ class Dispatcher(wiring.Component):
       per cycle at most, each to the lowest-numbered core that can take a job in that cycle. No
       core idles while a chunk is waiting, so even a group with a single computed row keeps every
       core busy. The next row is taken in the cycle its predecessor's last chunk leaves.
-    - **static** (``static = 1``): every chunk of the row with tag ``b`` goes to core
+    - **chunk round-robin** (``static = 0``, ``chunk_rr = 1``): the DRS holder, but chunk ``j`` of
+      every row goes to core ``j mod cores``, in chunk order; the dispatcher waits for that core
+      (no scheduler), the fair baseline without dynamic scheduling.
+    - **static** (``static = 1``, ``chunk_rr`` ignored): every chunk of the row with tag ``b`` goes to core
       ``b mod cores``, the assignment FastCar's dynamic scheduling is compared against. Each core
       has its own holding register, so a row waiting for its core does not hold up another core's
       row; a core whose rows were replayed idles.
 
-    In DRS mode ``o[p].valid`` is raised only together with ``o[p].ready`` (the choice looks at
-    which cores are ready), so every raised ``valid`` is a transfer; in static mode ``valid`` is
-    held until the core takes the chunk.
+    In DRS and chunk round-robin mode ``o[p].valid`` is raised only together with ``o[p].ready``
+    (the choice looks at which cores are ready), so every raised ``valid`` is a transfer; in
+    static mode ``valid`` is held until the core takes the chunk.
 
     Parameters
     ----------
@@ -45,6 +49,9 @@ class Dispatcher(wiring.Component):
     o : Out(stream.Signature(job_layout(d_model, layers, chunks, tag_bits))).array(cores)
     static : In(1)
         Static assignment instead of DRS (configuration; change it only while idle).
+    chunk_rr : In(1)
+        Chunk round-robin instead of DRS when ``static`` is 0 (configuration; change it only
+        while idle).
     """
 
     def __init__(self, d_model, *, layers, chunks, cores, tag_bits):
@@ -56,6 +63,7 @@ class Dispatcher(wiring.Component):
             "i": In(stream.Signature(row_job_layout(d_model, layers, tag_bits))),
             "o": Out(stream.Signature(job_layout(d_model, layers, chunks, tag_bits))).array(cores),
             "static": In(1),
+            "chunk_rr": In(1),
         })
 
     def elaborate(self, platform):
@@ -70,12 +78,17 @@ class Dispatcher(wiring.Component):
         for h in range(P):
             m.d.comb += last[h].eq(sent[h] & (chunk[h] == S - 1))
 
-        # DRS: holder 0 to the lowest-numbered ready core.
+        # DRS: holder 0 to the lowest-numbered ready core; chunk round-robin: to core chunk mod P,
+        # once it is ready.
         target = Signal(range(max(2, P)))
         can = Signal()
-        for p in reversed(range(P)):
-            with m.If(self.o[p].ready):
-                m.d.comb += [target.eq(p), can.eq(1)]
+        with m.If(self.chunk_rr):
+            m.d.comb += [target.eq(chunk[0] % P),
+                         can.eq(Array(self.o[p].ready for p in range(P))[target])]
+        with m.Else():
+            for p in reversed(range(P)):
+                with m.If(self.o[p].ready):
+                    m.d.comb += [target.eq(p), can.eq(1)]
         for p in range(P):
             o = self.o[p]
             with m.If(self.static):

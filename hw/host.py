@@ -26,9 +26,13 @@ def trace_layers(tr) -> list[dict]:
             for n in range(tr.dims["layers"])]
 
 
-def config_words(cfg: AccelConfig, layers: list[dict], *, static: bool = False,
+def config_words(cfg: AccelConfig, layers: list[dict], *, static: bool = False, chunk_rr: bool = False,
                  refresh_every: int | None = None, max_chain: int | None = None) -> list[int]:
-    """Every configuration word for ``layers``: weights, tables and the control word (last)."""
+    """Every configuration word for ``layers``: weights, tables and the control word (last).
+
+    The control word selects the schedule: DRS by default, ``static`` (row ``b`` on core
+    ``b mod cores``) or ``chunk_rr`` (chunk ``j`` on core ``j mod cores``; ignored when ``static``).
+    """
     if len(layers) != cfg.layers:
         raise ValueError(f"{len(layers)} layers of weights for an accelerator built for {cfg.layers}")
     lay = cfg_layout(cfg)
@@ -55,7 +59,7 @@ def config_words(cfg: AccelConfig, layers: list[dict], *, static: bool = False,
         add(Target.LUT, 0, w)
     for n, (mult, shift) in enumerate(loads["h"]):
         add(Target.H, n, pack(h_params_layout(), {"mult": mult, "shift": shift}))
-    ctrl = {"static": int(static), "refresh_en": int(refresh_every is not None),
+    ctrl = {"static": int(static), "chunk_rr": int(chunk_rr), "refresh_en": int(refresh_every is not None),
             "refresh_every": refresh_every or 0, "max_chain_en": int(max_chain is not None),
             "max_chain": max_chain or 0}
     add(Target.CTRL, 0, pack(ctrl_layout(), ctrl))

@@ -3,7 +3,7 @@
 Usage::
 
     python -m sw.board --port /dev/ttyUSB0 [--trace golden/fastcar] [--groups first:N | --full]
-                       [--baud B] [--static] [--timeout S]
+                       [--baud B] [--static | --chunk-rr] [--timeout S]
 
 The board must run the bitstream of ``nox -s synth`` (:class:`hw.board_top.BoardTop`). The host
 asks the board what it was built for (``INFO``), resets the accelerator, loads the trace's weights
@@ -233,9 +233,11 @@ def check_fits(cfg: AccelConfig, tr) -> None:
                          f"cache holds {cfg.tokens_per_frame} per frame")
 
 
-def run_trace(link: BoardLink, tr, groups: list[int], *, static: bool = False, progress=None) -> dict:
+def run_trace(link: BoardLink, tr, groups: list[int], *, static: bool = False, chunk_rr: bool = False,
+              progress=None) -> dict:
     """Stream ``groups`` of the decode trace ``tr`` through the board on ``link`` and check every
-    output against the trace, and the board's counters against what was sent.
+    output against the trace, and the board's counters against what was sent. The schedule is DRS,
+    ``static`` (row ``b`` on core ``b mod cores``) or ``chunk_rr`` (chunk ``j`` on core ``j mod cores``).
 
     Returns ``{"groups", "rows_sent", "rows_received", "rows_replayed", "counters"}``; raises
     :class:`BoardMismatch` at the first difference, :class:`BoardError` on a protocol failure.
@@ -245,7 +247,7 @@ def run_trace(link: BoardLink, tr, groups: list[int], *, static: bool = False, p
     check_fits(cfg, tr)
     link.reset()
     decode = tr.manifest.get("decode", {})
-    link.write_cfg(config_words(cfg, trace_layers(tr), static=static,
+    link.write_cfg(config_words(cfg, trace_layers(tr), static=static, chunk_rr=chunk_rr,
                                 refresh_every=decode.get("refresh_every"), max_chain=decode.get("max_chain")))
     B, nb = tr.dims["batch"], link.fmt.x.write_bytes
     sent = received = 0
@@ -310,7 +312,10 @@ def main(argv=None) -> int:
     which.add_argument("--full", action="store_const", const="full", dest="groups",
                        help="the whole trace (same as --groups full)")
     ap.add_argument("--baud", type=int, default=None, help="baud rate (default: the board file's)")
-    ap.add_argument("--static", action="store_true", help="static core assignment instead of DRS")
+    schedule = ap.add_mutually_exclusive_group()
+    schedule.add_argument("--static", action="store_true", help="static core assignment instead of DRS")
+    schedule.add_argument("--chunk-rr", action="store_true",
+                          help="chunk round-robin (chunk j on core j mod cores) instead of DRS")
     ap.add_argument("--timeout", type=float, default=2.0, help="seconds to wait for an answer (default: 2)")
     args = ap.parse_args(argv)
     ser = None
@@ -327,7 +332,7 @@ def main(argv=None) -> int:
         from tqdm import tqdm
 
         t0 = time.monotonic()
-        res = run_trace(BoardLink(ser), tr, groups, static=args.static,
+        res = run_trace(BoardLink(ser), tr, groups, static=args.static, chunk_rr=args.chunk_rr,
                         progress=lambda it: tqdm(it, desc="groups", unit="group", file=sys.stderr))
         seconds = time.monotonic() - t0
     except BoardError as e:

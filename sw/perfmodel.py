@@ -9,9 +9,10 @@ The model follows the RTL's schedule (``docs/architecture.md``, "Cycle model"):
 - A computed row is cut into ``chunks`` hidden chunks. Each chunk occupies a core's gate/up tiles
   for ``T = d_model * (d_ff / chunks) / (rows * cols)`` cycles and then its down tile for the same
   ``T``, so a core's two stages overlap from one chunk to the next.
-- DRS hands chunk after chunk to whichever core frees first (at most one per cycle); static
-  assignment gives every chunk of row ``b`` to core ``b mod cores``, with one holding register
-  per core.
+- DRS hands chunk after chunk to whichever core frees first (at most one per cycle); chunk
+  round-robin (``chunk_rr``) holds the row the same way but gives chunk ``j`` of every row to core
+  ``j mod cores``, waiting for that core; static assignment gives every chunk of row ``b`` to core
+  ``b mod cores``, with one holding register per core.
 - A chunk's int32 partial sums reach the reducer ``2 T`` after the chunk entered its core (its
   gate/up and down projections) and occupy the reducer for ``d_model / cols`` cycles (one slice
   per cycle); chunks that arrive together wait for each other there.
@@ -54,8 +55,10 @@ def chunk_cycles(cfg: AccelConfig) -> int:
     return cfg.gate_tile.cycles(1)
 
 
-def group_cycles(cfg: AccelConfig, replay, *, static: bool = False) -> int:
-    """Cycles of one group (first row taken to last row given) for the replay mask ``replay[B]``."""
+def group_cycles(cfg: AccelConfig, replay, *, static: bool = False, chunk_rr: bool = False) -> int:
+    """Cycles of one group (first row taken to last row given) for the replay mask ``replay[B]``:
+    DRS, ``static`` or (when not ``static``) chunk round-robin ``chunk_rr``, as the dispatcher's
+    ``static`` and ``chunk_rr`` inputs."""
     replay = [bool(r) for r in replay]
     P, S, T, tr = cfg.cores, cfg.chunks, chunk_cycles(cfg), t_row(cfg)
     if all(replay):
@@ -72,8 +75,13 @@ def group_cycles(cfg: AccelConfig, replay, *, static: bool = False) -> int:
         h = b % P if static else 0
         accept = max(offer, holder_free[h])
         c = accept + 1                            # its first chunk can leave the next cycle
-        for _ in range(S):
-            p = b % P if static else min(range(P), key=lambda q: (max(c, core_free[q]), q))
+        for j in range(S):
+            if static:
+                p = b % P
+            elif chunk_rr:
+                p = j % P
+            else:
+                p = min(range(P), key=lambda q: (max(c, core_free[q]), q))
             start = max(c, core_free[p])
             core_free[p] = start + T
             c = start + 1
@@ -86,6 +94,7 @@ def group_cycles(cfg: AccelConfig, replay, *, static: bool = False) -> int:
     return done + TAIL
 
 
-def trace_cycles(cfg: AccelConfig, replay: np.ndarray, *, static: bool = False) -> np.ndarray:
-    """Modelled cycles of every group of a ``[G, B]`` replay mask."""
-    return np.array([group_cycles(cfg, m, static=static) for m in np.asarray(replay)])
+def trace_cycles(cfg: AccelConfig, replay: np.ndarray, *, static: bool = False,
+                 chunk_rr: bool = False) -> np.ndarray:
+    """Modelled cycles of every group of a ``[G, B]`` replay mask (schedule as :func:`group_cycles`)."""
+    return np.array([group_cycles(cfg, m, static=static, chunk_rr=chunk_rr) for m in np.asarray(replay)])

@@ -401,37 +401,15 @@ def trace_cycles_v2(g: V2Geometry, replay, schedule: str = "drs") -> np.ndarray:
 
 
 # ---------------------------------------------------------------------------------------------
-# v1: chunk round-robin in today's model (``sw.perfmodel.group_cycles`` with ``p = j mod P``)
+# v1: chunk round-robin in today's model (``sw.perfmodel.group_cycles(..., chunk_rr=True)``)
 # ---------------------------------------------------------------------------------------------
 
 def v1_group_cycles_chunk_rr(cfg, replay) -> int:
     """``sw.perfmodel.group_cycles``'s schedule with chunk ``j`` of every row on core ``j mod P``
-    (the dispatcher waits for that core; no holding registers). Not in the RTL."""
-    from sw.perfmodel import ALL_REPLAYED_TAIL, TAIL, chunk_cycles, t_row
+    (the dispatcher waits for that core): the dispatcher's chunk round-robin mode."""
+    from sw.perfmodel import group_cycles
 
-    replay = [bool(r) for r in replay]
-    P, S, T, tr = cfg.cores, cfg.chunks, chunk_cycles(cfg), t_row(cfg)
-    if all(replay):
-        return len(replay) * tr + ALL_REPLAYED_TAIL
-    core_free, holder_free, take, starts = [0] * P, 0, 0, []
-    for rep in replay:
-        if rep:
-            take += tr
-            continue
-        accept = max(take + tr - 1, holder_free)
-        c = accept + 1
-        for j in range(S):
-            p = j % P
-            start = max(c, core_free[p])
-            core_free[p] = start + T
-            c = start + 1
-            starts.append(start)
-        holder_free = start
-        take = accept + 1
-    done = 0
-    for arrive in sorted(s + 2 * T for s in starts):
-        done = max(arrive, done) + cfg.d_model // cfg.cols
-    return done + TAIL
+    return group_cycles(cfg, replay, chunk_rr=True)
 
 
 def v1_trace_cycles(cfg, replay, schedule: str) -> np.ndarray:

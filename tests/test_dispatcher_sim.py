@@ -1,5 +1,6 @@
 """DRS dispatcher stress test: random rows, random core readiness; every chunk of every row is
-dispatched exactly once, and the static mode keeps row b on core b mod P."""
+dispatched exactly once, the static mode keeps row b on core b mod P, and chunk round-robin
+sends chunk j of every row to core j mod P."""
 
 import numpy as np
 import pytest
@@ -10,9 +11,9 @@ from hw.payload import pack
 from tests.streams import stream_put
 
 
-def run(static, *, cores=3, chunks=4, rows=40, seed=0, busy_p=0.6):
+def run(static, *, chunk_rr=0, cores=3, chunks=4, rows=40, seed=0, busy_p=0.6, dut_class=Dispatcher):
     d, layers, tag_bits = 4, 2, 3
-    dut = Dispatcher(d, layers=layers, chunks=chunks, cores=cores, tag_bits=tag_bits)
+    dut = dut_class(d, layers=layers, chunks=chunks, cores=cores, tag_bits=tag_bits)
     rng = np.random.default_rng(seed)
     jobs = [(rng.integers(-128, 128, d), int(rng.integers(0, layers)), int(rng.integers(0, 8)))
             for _ in range(rows)]
@@ -22,6 +23,7 @@ def run(static, *, cores=3, chunks=4, rows=40, seed=0, busy_p=0.6):
 
     async def producer(ctx):
         ctx.set(dut.static, static)
+        ctx.set(dut.chunk_rr, chunk_rr)
         for x, layer, tag in jobs:
             await stream_put(ctx, dut.i, pack(row_job_layout(d, layers, tag_bits),
                                               {"x": [int(v) for v in x], "layer": layer, "tag": tag}))
@@ -38,6 +40,8 @@ def run(static, *, cores=3, chunks=4, rows=40, seed=0, busy_p=0.6):
                 if ctx.get(o.valid) and ready[p]:
                     got.append((p, ctx.get(o.p.tag), ctx.get(o.p.layer), ctx.get(o.p.chunk),
                                 [ctx.get(o.p.x[k]) for k in range(d)]))
+                elif ctx.get(o.valid) and not static:
+                    got.append(("valid without ready", p))
             await ctx.tick()
 
     sim.add_testbench(producer)
@@ -46,13 +50,11 @@ def run(static, *, cores=3, chunks=4, rows=40, seed=0, busy_p=0.6):
     return jobs, got
 
 
-@pytest.mark.parametrize("static", [0, 1])
-@pytest.mark.parametrize("seed", [0, 1, 2])
-def test_every_chunk_exactly_once(static, seed):
-    cores, chunks = 3, 4
-    jobs, got = run(static, cores=cores, chunks=chunks, seed=seed)
+def check(jobs, got, *, static, chunk_rr, cores, chunks):
+    """Every chunk of every row once, in order, with its payload, on the mode's core."""
+    assert not [c for c in got if c[0] == "valid without ready"], "DRS/chunk-RR raised valid without ready"
     assert len(got) == len(jobs) * chunks, f"{len(got)} chunks dispatched for {len(jobs)} rows"
-    # DRS hands out one row at a time, in order; static keeps each core's rows in order.
+    # DRS and chunk-RR hand out one row at a time, in order; static keeps each core's rows in order.
     streams = [(list(range(len(jobs))), got)] if not static else [
         ([n for n, j in enumerate(jobs) if j[2] % cores == p], [c for c in got if c[0] == p])
         for p in range(cores)]
@@ -62,9 +64,44 @@ def test_every_chunk_exactly_once(static, seed):
             x, layer, tag = jobs[n]
             mine = seq[k * chunks:(k + 1) * chunks]
             assert [c for _, _, _, c, _ in mine] == list(range(chunks)), f"row {n}: chunk order {mine}"
-            for p, t, lay, _, xx in mine:
+            for p, t, lay, c, xx in mine:
                 assert (t, lay, xx) == (tag, layer, [int(v) for v in x]), f"row {n}: wrong payload"
                 if static:
                     assert p == tag % cores, f"static: row with tag {tag} went to core {p}"
+                elif chunk_rr:
+                    assert p == c % cores, f"chunk-RR: row {n}'s chunk {c} went to core {p}"
     if not static:
         assert len({p for p, *_ in got}) == cores, "DRS never used some core"
+
+
+@pytest.mark.parametrize("static", [0, 1])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_every_chunk_exactly_once(static, seed):
+    cores, chunks = 3, 4
+    jobs, got = run(static, cores=cores, chunks=chunks, seed=seed)
+    check(jobs, got, static=static, chunk_rr=0, cores=cores, chunks=chunks)
+
+
+@pytest.mark.parametrize("cores,chunks", [(3, 4), (2, 8), (2, 3)])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_chunk_round_robin(cores, chunks, seed):
+    """Chunk round-robin under random readiness: chunk j of every row on core j mod P, each once, in
+    order (the dispatcher waits for that core, never sending valid without its ready)."""
+    jobs, got = run(0, chunk_rr=1, cores=cores, chunks=chunks, seed=seed)
+    check(jobs, got, static=0, chunk_rr=1, cores=cores, chunks=chunks)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_chunk_rr_ignored_in_static_mode(seed):
+    """With ``static = 1`` the ``chunk_rr`` input changes nothing: row b stays on core b mod P."""
+    cores, chunks = 3, 4
+    jobs, got = run(1, chunk_rr=1, cores=cores, chunks=chunks, seed=seed)
+    check(jobs, got, static=1, chunk_rr=0, cores=cores, chunks=chunks)
+
+
+def test_drs_is_not_round_robin():
+    """The chunk-RR check can fail: DRS under random readiness breaks chunk j -> core j mod P."""
+    cores, chunks = 3, 4
+    jobs, got = run(0, chunk_rr=0, cores=cores, chunks=chunks, seed=0)
+    with pytest.raises(AssertionError, match="chunk-RR: row"):
+        check(jobs, got, static=0, chunk_rr=1, cores=cores, chunks=chunks)

@@ -53,3 +53,22 @@ def test_values_that_do_not_fit_are_refused(field, bad):
     value[field] = np.full(d, bad) if field == "x" else bad
     with pytest.raises(ValueError, match=field):
         pack_struct(lay, value)
+
+
+def test_control_word_keeps_its_bit_positions():
+    """``chunk_rr`` is the last field of the control word, so the earlier fields keep the bit
+    positions of words packed before it existed; ``config_words`` sets that bit, and only it, for
+    chunk round-robin (and the ``static`` bit for static)."""
+    from hw.accelerator import cfg_layout, ctrl_layout
+    from hw.host import config_words
+    from tests.test_accelerator_sim import small_case
+
+    lay = ctrl_layout()
+    assert {n: lay[n].offset for n in lay.members} == {
+        "static": 0, "refresh_en": 1, "refresh_every": 2, "max_chain_en": 10, "max_chain": 11, "chunk_rr": 19}
+    cfg, layer, _, _ = small_case()
+    base, rr, static = (config_words(cfg, [layer], **kw)[-1]
+                        for kw in ({}, {"chunk_rr": True}, {"static": True}))
+    data = cfg_layout(cfg)["data"].offset
+    assert rr ^ base == 1 << (data + lay["chunk_rr"].offset), "chunk_rr: not (only) the chunk_rr bit"
+    assert static ^ base == 1 << (data + lay["static"].offset), "static: not (only) the static bit"

@@ -1,5 +1,5 @@
 """The DRS dispatcher conserves work: every row offered goes out as chunks ``0 .. chunks-1``,
-each exactly once, with the row's payload, in DRS and in static mode."""
+each exactly once, with the row's payload, in DRS, chunk round-robin and static mode."""
 
 from amaranth import *
 from amaranth.hdl import Assert, Assume
@@ -21,12 +21,15 @@ class DispatcherWork(PropertyWrapper):
       next chunk number, and it carries the held row's ``x``, ``layer`` and ``tag``;
     - **no drops**: a row is accepted only once every chunk of the previous row of its holder
       has gone out (at the latest in the same cycle), so at most ``chunks`` are ever owed;
-    - **static**: chunks of the row with tag ``b`` go to core ``b mod cores`` only;
-      **DRS**: at most one chunk per cycle;
+    - **static**: chunks of the row with tag ``b`` go to core ``b mod cores`` only (whatever
+      ``chunk_rr`` is); **DRS** and **chunk round-robin**: at most one chunk per cycle;
+      **chunk round-robin**: chunk ``j`` goes to core ``j mod cores`` only;
     - **no idling**: an owed chunk goes out in any cycle in which a core that may take it is
-      ready, and a holder with nothing owed accepts a row offered to it.
+      ready (in chunk round-robin only core ``j mod cores`` may), and a holder with nothing owed
+      accepts a row offered to it.
 
-    With the input stream holding its beats until taken and ``static`` constant.
+    With the input stream holding its beats until taken and ``static`` constant; ``chunk_rr`` is
+    constant (1 in chunk round-robin mode, 0 in DRS mode, free in static mode).
 
     For the unbounded proof (``invariants=True``) it also asserts how the dispatcher's registers
     mirror the scoreboard: holder ``h`` is busy exactly while chunks are owed, its chunk counter
@@ -35,7 +38,9 @@ class DispatcherWork(PropertyWrapper):
     Parameters
     ----------
     static : bool
-        Mode checked.
+        Static mode checked.
+    chunk_rr : bool
+        With ``static`` False: chunk round-robin instead of DRS.
     d_model, layers, chunks, cores, tag_bits : int
         Dispatcher parameters.
     dut_class : type
@@ -45,10 +50,12 @@ class DispatcherWork(PropertyWrapper):
         ``held_<h>``).
     """
 
-    def __init__(self, *, static, d_model=2, layers=2, chunks=3, cores=3, tag_bits=2,
+    def __init__(self, *, static, chunk_rr=False, d_model=2, layers=2, chunks=3, cores=3, tag_bits=2,
                  dut_class=Dispatcher, invariants=True):
         super().__init__()
-        self.static, self.chunks, self.cores = bool(static), chunks, cores
+        if static and chunk_rr:
+            raise ValueError("DispatcherWork: chunk_rr is a DRS-holder mode; static must be False")
+        self.static, self.chunk_rr, self.chunks, self.cores = bool(static), bool(chunk_rr), chunks, cores
         self.invariants = invariants
         self.dut = dut_class(d_model, layers=layers, chunks=chunks, cores=cores, tag_bits=tag_bits)
         self.free(*in_ports(self.dut))
@@ -60,6 +67,10 @@ class DispatcherWork(PropertyWrapper):
         m.submodules.dut = body.fragment
         S, P = self.chunks, self.cores
         m.d.comb += Assume(dut.static == int(self.static), "scheduling mode")
+        if self.static:
+            self.constant(m, dut.chunk_rr, name="chunk_rr")
+        else:
+            m.d.comb += Assume(dut.chunk_rr == int(self.chunk_rr), "DRS or chunk round-robin")
         stream_hold(m, dut.i, name="i", assume=True)
 
         took = dut.i.valid & dut.i.ready
@@ -85,10 +96,15 @@ class DispatcherWork(PropertyWrapper):
                         Assert((o.p.x == row.x) & (o.p.layer == row.layer) & (o.p.tag == row.tag),
                                "a chunk carries its row's x, layer and tag"),
                     ]
+                    if self.chunk_rr:
+                        m.d.comb += Assert(nxt % P == p, "chunk-RR: chunk j goes to core j mod cores")
             with m.If(took & mine):
                 m.d.comb += Assert(owed == fire, "a row is accepted only when its holder is empty")
             # No idling.
-            ready = Cat(dut.o[p].ready for p in cores).any()
+            if self.chunk_rr:
+                ready = Array(dut.o[p].ready for p in cores)[nxt % P]
+            else:
+                ready = Cat(dut.o[p].ready for p in cores).any()
             with m.If((owed != 0) & ready):
                 m.d.comb += Assert(fire != 0, "an owed chunk goes out when a core is ready")
             with m.If(dut.i.valid & mine & ((owed == 0) | ((owed == 1) & (fire == 1)))):

@@ -92,9 +92,9 @@ def _arbiter(cls):
 PROPERTIES = [
     # --- stream handshake (valid held with a stable payload until ready) ----------------------
     Property("handshake_dispatcher", "dispatcher o[0..2]: valid and payload held until ready "
-             "(static constant, either mode)", "hw/dispatcher.py", "Dispatcher",
+             "(static and chunk_rr constant, any mode)", "hw/dispatcher.py", "Dispatcher",
              lambda cls: StreamHandshake(_dispatcher(cls), inputs=["i"], outputs=["o"],
-                                         constants=["static"]), "prove", 4),
+                                         constants=["static", "chunk_rr"]), "prove", 4),
     Property("handshake_reorder_buffer", "reorder buffer o: valid and payload held until ready",
              "hw/reorder_buffer.py", "ReorderBuffer",
              lambda cls: StreamHandshake(cls(unsigned(4), 4), inputs=["i"], outputs=["o"]),
@@ -113,6 +113,9 @@ PROPERTIES = [
     Property("dispatcher_drs", "DRS: every row's chunks dispatched exactly once, in order, no idling",
              "hw/dispatcher.py", "Dispatcher",
              lambda cls: DispatcherWork(static=False, dut_class=cls), "prove", 8),
+    Property("dispatcher_chunk_rr", "chunk round-robin: every row's chunks exactly once, in order, "
+             "chunk j on core j mod cores, no idling", "hw/dispatcher.py", "Dispatcher",
+             lambda cls: DispatcherWork(static=False, chunk_rr=True, dut_class=cls), "prove", 8),
     Property("dispatcher_static", "static: every row's chunks exactly once, on core tag mod cores",
              "hw/dispatcher.py", "Dispatcher",
              lambda cls: DispatcherWork(static=True, dut_class=cls), "prove", 8),

@@ -32,6 +32,8 @@ TWINS = [
     ("handshake_accelerator", "accel-y-no-hold", "valid and payload held until ready"),
     ("dispatcher_drs", "dispatcher-last-chunk", "accepted only when its holder is empty"),
     ("dispatcher_drs", "dispatcher-drs-skips-last-core", "goes out when a core is ready"),
+    ("dispatcher_chunk_rr", "dispatcher-chunk-rr-wrong-core", ""),
+    ("dispatcher_chunk_rr", "dispatcher-last-chunk", "accepted only when its holder is empty"),
     ("dispatcher_static", "dispatcher-static-wrong-core", ""),
     ("dispatcher_static", "dispatcher-last-chunk", "accepted only when its holder is empty"),
     ("reorder_buffer_order", "rob-head-skips", ""),
