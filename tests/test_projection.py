@@ -55,10 +55,11 @@ def every_mask_trace(cfg: AccelConfig, seed: int = 0):
     return tr, want, random_layer(rng, d, cfg.d_ff)
 
 
-def measure(cfg: AccelConfig, static: bool) -> tuple[list[int], np.ndarray, np.ndarray]:
+def measure(cfg: AccelConfig, static: bool,
+            chunk_rr: bool = False) -> tuple[list[int], np.ndarray, np.ndarray]:
     """Run the trace through the RTL: the ``group_cycles`` counter after every group, the replay bits."""
     tr, want, layer = every_mask_trace(cfg)
-    words = config_words(cfg, [layer], static=static)
+    words = config_words(cfg, [layer], static=static, chunk_rr=chunk_rr)
     dut = Accelerator(cfg)
     sim = Simulator(dut)
     sim.add_clock(1e-8)
@@ -87,21 +88,21 @@ def measure(cfg: AccelConfig, static: bool) -> tuple[list[int], np.ndarray, np.n
 
 @pytest.fixture(scope="module")
 def rtl_cycles():
-    """DRS and static runs of every replay mask, measured on the RTL (about 40 s)."""
+    """DRS, static and chunk round-robin runs of every replay mask, measured on the RTL (about 60 s)."""
     out = {}
-    for mode in ("drs", "static"):
-        cycles, replay, want = measure(SIM_CFG, static=(mode == "static"))
+    for mode in ("drs", "static", "chunk_rr"):
+        cycles, replay, want = measure(SIM_CFG, static=(mode == "static"), chunk_rr=(mode == "chunk_rr"))
         np.testing.assert_array_equal(replay, want, err_msg=f"{mode}: replay bits differ from the plan")
         out[mode] = cycles
     return out, want
 
 
-@pytest.mark.parametrize("mode", ["drs", "static"])
+@pytest.mark.parametrize("mode", ["drs", "static", "chunk_rr"])
 def test_cycle_model_against_rtl_on_every_mask(rtl_cycles, mode):
     """Every one of the 16 masks of four rows, and dense groups: the model within 2 % of the RTL."""
     measured, masks = rtl_cycles
     for g, (m, rtl) in enumerate(zip(masks, measured[mode], strict=True)):
-        model = group_cycles(SIM_CFG, m, static=(mode == "static"))
+        model = group_cycles(SIM_CFG, m, static=(mode == "static"), chunk_rr=(mode == "chunk_rr"))
         assert abs(model - rtl) <= MODEL_TOLERANCE * rtl, \
             f"{mode}, group {g}, mask {m.tolist()}: RTL {rtl} cycles, model {model}"
     # Not a flat line: a group with one computed row is far shorter than a dense one.
