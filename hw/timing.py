@@ -146,6 +146,13 @@ def _tas(cfg):
                    frame_bits=FRAME_BITS)
 
 
+def _tas_group(cfg):
+    from hw.accelerator import FRAME_BITS
+    from hw.tas_group import TasGroup
+    return TasGroup(cfg.d_model, cfg.layers, cfg.tokens_per_frame, cfg.batch, lanes=cfg.tas_lanes,
+                    frame_bits=FRAME_BITS)
+
+
 def _cache(cfg):
     from hw.replay_cache import ReplayCache
     return ReplayCache(cfg.d_model, cfg.layers, cfg.tokens_per_frame, cfg.batch)
@@ -180,6 +187,7 @@ BLOCKS = {
     "dispatcher": ("DRS dispatcher, with the cores' inputs as its outputs", _dispatcher),
     "reduce": ("packet arbiter + reducer + down requantiser", ReduceStage),
     "tas": ("TAS unit: dot products, threshold compare, chain counters", _tas),
+    "tas_group": ("v2 front end: TAS of a group's rows in parallel, fabric products", _tas_group),
     "cache": ("replay cache", _cache),
     "rob": ("reorder buffer (in-order output)", _rob),
     "uart": ("UART command bridge (board I/O)", _uart),
