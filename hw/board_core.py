@@ -16,6 +16,7 @@ from amaranth.lib.wiring import In, Out
 
 from hw.accelerator import COUNTER_BITS, Accelerator
 from hw.global_buffer import global_buffer
+from hw.top import make_accelerator
 from hw.uart_bridge import Framing, UartBridge, assign_opcodes, framing
 from hw.uart_rx import UartRx, check_clocks_per_bit
 from hw.uart_tx import UartTx
@@ -105,7 +106,7 @@ def _streams(accel: Accelerator) -> dict:
 
 
 def _accel_streams(cfg: AccelConfig) -> dict:
-    accel = Accelerator(cfg)
+    accel = make_accelerator(cfg)
     accel._MustUse__silence = True      # only its signature is wanted here, it is not elaborated
     return _streams(accel)
 
@@ -176,7 +177,7 @@ class BoardCore(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         cfg = self._cfg
-        accel = Accelerator(cfg)
+        accel = make_accelerator(cfg)
         streams = _streams(accel)
         names = counter_names(cfg)
         m.submodules.rx = rx = UartRx(self._clocks_per_bit)

@@ -28,11 +28,16 @@ def trace_layers(tr) -> list[dict]:
 
 def config_words(cfg: AccelConfig, layers: list[dict], *, static: bool = False, chunk_rr: bool = False,
                  refresh_every: int | None = None, max_chain: int | None = None) -> list[int]:
-    """Every configuration word for ``layers``: weights, tables and the control word (last).
+    """Every configuration word for ``layers``: weights, tables and the control word (last), for
+    the datapath ``cfg`` builds (v2: :func:`hw.host_v2.config_words_v2`).
 
     The control word selects the schedule: DRS by default, ``static`` (row ``b`` on core
     ``b mod cores``) or ``chunk_rr`` (chunk ``j`` on core ``j mod cores``; ignored when ``static``).
     """
+    if cfg.datapath == 2:
+        from hw.host_v2 import config_words_v2
+        return config_words_v2(cfg, layers, static=static, chunk_rr=chunk_rr, refresh_every=refresh_every,
+                               max_chain=max_chain)
     if len(layers) != cfg.layers:
         raise ValueError(f"{len(layers)} layers of weights for an accelerator built for {cfg.layers}")
     lay = cfg_layout(cfg)

@@ -145,6 +145,10 @@ class AccelConfig:
     mv_in, mv_out : int
         v2 datapath: each core is a weight-resident ``mv_in x mv_out`` matrix-vector unit
         (``mv_in`` activations times ``mv_out`` outputs per cycle, one MAC each).
+    datapath : int
+        Which MLP datapath the accelerator is built with: 1, three systolic GEMM tiles per core
+        (:class:`hw.accelerator.Accelerator`), or 2, one matrix-vector unit per core
+        (:class:`hw.accelerator_v2.AcceleratorV2`).
     """
 
     d_model: int = SHIPPED_MODEL["d_model"]
@@ -160,6 +164,7 @@ class AccelConfig:
     tas_lanes: int = 16
     mv_in: int = 8
     mv_out: int = 8
+    datapath: int = 1
 
     def __post_init__(self):
         for f in dataclasses.fields(self):
@@ -167,6 +172,8 @@ class AccelConfig:
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise ConfigError(f"accelerator config field '{f.name}' must be a positive integer, "
                                   f"not {v!r}")
+        if self.datapath not in (1, 2):
+            raise ConfigError(f"accelerator config: datapath must be 1 or 2, not {self.datapath!r}")
         if self.batch & (self.batch - 1):
             raise ConfigError(f"accelerator config: batch={self.batch} is not a power of two")
         if self.d_ff % self.chunks:
@@ -203,6 +210,11 @@ class AccelConfig:
     def macs(self) -> int:
         """MAC units: three tiles per core."""
         return 3 * self.rows * self.cols * self.cores
+
+    @property
+    def mac_units(self) -> int:
+        """MAC units of the datapath this configuration builds."""
+        return self.mv_macs if self.datapath == 2 else self.macs
 
     @property
     def mv_macs(self) -> int:
