@@ -6,16 +6,26 @@ Usage::
 
 For every tau: ``sw/export_trace.py`` exports the shipped model's decode trace (the committed
 ``golden/fastcar`` is the tau = -1.5 point), then the Verilator build of the default accelerator
-runs it three times without stalls: FastCar with DRS, FastCar with static assignment, and dense
-(tau = +inf on the same inputs). Every output is checked bit for bit, and every group's cycles
-against the cycle model (``sw/perfmodel.py``): the bench stops with the mode, group and both
-counts if any group is more than 2 % off (:func:`model_check`).
+runs it four times without stalls: FastCar with DRS, FastCar with chunk round-robin (chunk ``j`` of
+every row on core ``j mod cores``, no scheduler), FastCar with row-static assignment (row ``b`` on
+core ``b mod cores``), and dense (tau = +inf on the same inputs, DRS). Every output is checked bit
+for bit, and every group's cycles against the cycle model (``sw/perfmodel.py``): the bench stops
+with the mode, group and both counts if any group is more than 2 % off (:func:`model_check`).
 
-Writes ``report.json`` (``accel``: the configuration that ran; list ``points``: tau, replay_ratio,
-cycles_dense, cycles_fastcar, cycles_static, speedup = dense / fastcar, ideal = rows / computed
-rows, mac_utilization = MACs done / (MAC units x cycles), drs_gain = static / fastcar; the cycle
-model's totals model_cycles_fastcar, model_cycles_static, model_cycles_dense,
-cycle_model_worst_error and per mode cycle_model), ``report.md`` and ``speedup.png``.
+Writes ``report.json``:
+
+- ``accel``: the configuration that ran; ``macs``: its MAC units (``cfg.macs``); ``fmax_mhz`` and
+  ``fmax_source``: the routed Fmax of ``build/synth/ulx3s_85f/report.json`` when that report names
+  the same configuration (``fmax_source`` says which build it was), else ``null`` and the reason
+  (:func:`synth_fmax`; the bench never synthesises);
+- ``points``, one per tau: tau, replay_ratio, cycles_dense, cycles_fastcar (DRS), cycles_static
+  (row-static), cycles_static_chunk (chunk round-robin), speedup = dense / fastcar, ideal = rows /
+  computed rows, mac_utilization = MACs done / (MAC units x cycles), drs_gain = static / fastcar,
+  drs_gain_chunk = static_chunk / fastcar; the cycle model's totals model_cycles_fastcar,
+  model_cycles_static, model_cycles_static_chunk, model_cycles_dense, cycle_model_worst_error and
+  per mode cycle_model;
+
+``report.md`` (the three schedules side by side) and ``speedup.png``.
 """
 
 from __future__ import annotations
@@ -73,7 +83,9 @@ def run_points(points: list[tuple[float, Path]], groups: str, workers: str = "au
 #: Largest relative difference between the cycle model and the RTL on any group of a bench point.
 MODEL_TOLERANCE = 0.02
 #: The RTL run's mode -> the report's name for it.
-MODE_KEYS = {"drs": "fastcar", "static": "static", "dense": "dense"}
+MODE_KEYS = {"drs": "fastcar", "static": "static", "chunk_rr": "static_chunk", "dense": "dense"}
+#: The synthesis report whose Fmax the bench quotes (``nox -s synth``).
+SYNTH_REPORT = REPO / "build" / "synth" / "ulx3s_85f" / "report.json"
 
 
 def model_check(cfg, mask, modes: dict, groups, *, where: str = "",
@@ -87,8 +99,8 @@ def model_check(cfg, mask, modes: dict, groups, *, where: str = "",
     mask : ndarray
         ``[G, B]`` replay bits of the groups that ran (the dense run replays nothing).
     modes : dict
-        The RTL report's ``modes``: for ``drs``, ``static`` and ``dense`` (the bench runs all three;
-        a mode that is absent is not checked) the measured ``cycles`` of every group.
+        The RTL report's ``modes``: for ``drs``, ``chunk_rr``, ``static`` and ``dense`` (the bench
+        runs all four; a mode that is absent is not checked) the measured ``cycles`` of every group.
     groups : sequence of int
         Trace group index of each row of ``mask`` (to name the worst group).
     where : str
@@ -111,7 +123,7 @@ def model_check(cfg, mask, modes: dict, groups, *, where: str = "",
     out = {}
     for mode in (k for k in MODE_KEYS if k in modes):
         masks = np.zeros_like(mask) if mode == "dense" else mask
-        model = trace_cycles(cfg, masks, static=(mode == "static"))
+        model = trace_cycles(cfg, masks, static=(mode == "static"), chunk_rr=(mode == "chunk_rr"))
         rtl = np.asarray(modes[mode]["cycles"])
         if rtl.shape != model.shape:
             raise SystemExit(f"tb.bench: {where}: {mode}: {rtl.size} measured groups for "
@@ -136,7 +148,7 @@ def point(tau: float, trace: Path, rep: dict) -> dict:
     mask = tr.replay[groups]
     rows, computed = mask.size, int((1 - mask).sum())
     m = rep["modes"]
-    fast, static, dense = (m[k]["total_cycles"] for k in ("drs", "static", "dense"))
+    fast, static, chunk, dense = (m[k]["total_cycles"] for k in ("drs", "static", "chunk_rr", "dense"))
     check = model_check(cfg, mask, m, groups, where=f"tau {tau}")
     worst = max(c["worst_error"] for c in check.values())
     macs = computed * 3 * cfg.d_model * cfg.d_ff
@@ -145,12 +157,45 @@ def point(tau: float, trace: Path, rep: dict) -> dict:
             "losses": losses(cfg, mask, fast, macs),
             "tau": tau, "trace": str(trace), "groups": len(groups), "rows": rows,
             "replay_ratio": float(mask.mean()), "cycles_dense": dense, "cycles_fastcar": fast,
-            "cycles_static": static, "speedup": dense / fast, "ideal": rows / max(computed, 1),
+            "cycles_static": static, "cycles_static_chunk": chunk, "speedup": dense / fast,
+            "ideal": rows / max(computed, 1),
             "fraction_of_ideal": dense / fast / (rows / max(computed, 1)),
             "mac_utilization": macs / (cfg.macs * fast), "drs_gain": static / fast,
+            "drs_gain_chunk": chunk / fast,
             "cycle_model_worst_error": worst,
             **{f"model_cycles_{MODE_KEYS[k]}": c["model_total"] for k, c in check.items()},
             "cycle_model": check}
+
+
+def synth_fmax(cfg, path: Path | None = None) -> tuple[float | None, str]:
+    """``(fmax_mhz, fmax_source)``: the routed Fmax of the synthesis report at ``path`` (default
+    :data:`SYNTH_REPORT`) if it names the accelerator configuration ``cfg``; otherwise ``None`` and
+    why not. ``fmax_source`` says which build it was (board top or synthesis harness) and whether it
+    met its PLL clock."""
+    path = Path(path or SYNTH_REPORT)
+    try:
+        rel = path.relative_to(REPO)
+    except ValueError:
+        rel = path
+    if not path.is_file():
+        return None, f"{rel} does not exist (nox -s synth writes it)"
+    try:
+        rep = json.loads(path.read_text())
+        fmax = float(rep["fmax_mhz"])
+    except (ValueError, KeyError, TypeError) as e:
+        return None, f"{rel}: no readable fmax_mhz ({type(e).__name__}: {e})"
+    if "accel" not in rep:
+        what = "a GEMM tile" if "tile" in rep else "no accelerator configuration"
+        return None, f"{rel} is the report of {what}, not of the accelerator"
+    if rep["accel"] != cfg.to_dict():
+        diff = sorted(k for k in set(rep["accel"]) | set(cfg.to_dict())
+                      if rep["accel"].get(k) != cfg.to_dict().get(k))
+        return None, f"{rel} names another accelerator configuration (differs in {', '.join(diff)})"
+    build = "synthesis harness" if rep.get("harness_ff_max") is not None else "board top"
+    met = "timing met" if rep.get("timing_met") else "timing NOT met"
+    pll = rep.get("pll_mhz")
+    return fmax, (f"{rel}: {build}, clock {rep.get('clock', '?')}"
+                  + (f", PLL {pll:.3f} MHz" if isinstance(pll, (int, float)) else "") + f", {met}")
 
 
 def losses(cfg, mask, fast: int, macs: int) -> dict:
@@ -182,16 +227,24 @@ def losses(cfg, mask, fast: int, macs: int) -> dict:
 
 def write(points, out: Path) -> None:
     from sw.atomic import atomic_dir
+    from sw.config import DEFAULT_ACCEL as cfg
 
-    lines = ["| tau | replay ratio | dense cycles | FastCar+DRS | static | speed-up | ideal | of ideal "
-             "| MAC utilisation | static / DRS | cycle model (FastCar+DRS) | model worst group |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    fmax, fmax_source = synth_fmax(cfg)
+    clock = (f"Fmax {fmax:.2f} MHz ({fmax_source})" if fmax is not None else f"Fmax not known: {fmax_source}")
+    lines = [f"{cfg.macs} MAC units ({cfg.cores} cores); {clock}.", "",
+             "Three schedules of the same FastCar rows: DRS (each chunk to the first free core), chunk "
+             "round-robin (chunk j on core j mod cores) and row-static (row b on core b mod cores).", "",
+             "| tau | replay ratio | dense cycles | FastCar+DRS | chunk-RR | row-static | speed-up | ideal "
+             "| of ideal | MAC utilisation | chunk-RR / DRS | static / DRS "
+             "| cycle model (DRS / chunk-RR / static) | model worst group |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for p in points:
         lines.append(f"| {p['tau']} | {p['replay_ratio']:.3f} | {p['cycles_dense']:,} "
-                     f"| {p['cycles_fastcar']:,} | {p['cycles_static']:,} | {p['speedup']:.2f}x "
-                     f"| {p['ideal']:.2f}x | {p['fraction_of_ideal']:.2f} | {p['mac_utilization']:.2f} "
-                     f"| {p['drs_gain']:.3f} | {p['model_cycles_fastcar']:,} "
-                     f"| {p['cycle_model_worst_error']:.2%} |")
+                     f"| {p['cycles_fastcar']:,} | {p['cycles_static_chunk']:,} | {p['cycles_static']:,} "
+                     f"| {p['speedup']:.2f}x | {p['ideal']:.2f}x | {p['fraction_of_ideal']:.2f} "
+                     f"| {p['mac_utilization']:.2f} | {p['drs_gain_chunk']:.3f} | {p['drs_gain']:.3f} "
+                     f"| {p['model_cycles_fastcar']:,} / {p['model_cycles_static_chunk']:,} "
+                     f"/ {p['model_cycles_static']:,} | {p['cycle_model_worst_error']:.2%} |")
     lines += ["", "Where the FastCar+DRS cycles go (cycle model; `compute` = MACs / MAC units), and how "
               "evenly DRS kept the two cores busy (busiest core / mean - 1):", "",
               "| tau | compute | all-replayed groups | group fill/drain | fragmentation | weight loading "
@@ -209,18 +262,19 @@ def write(points, out: Path) -> None:
     import matplotlib.pyplot as plt
 
     with atomic_dir(out, force=True) as tmp:
-        from sw.config import DEFAULT_ACCEL
-
-        report = {"accel": DEFAULT_ACCEL.to_dict(), "points": points}
+        report = {"accel": cfg.to_dict(), "macs": cfg.macs, "fmax_mhz": fmax, "fmax_source": fmax_source,
+                  "points": points}
         (tmp / "report.json").write_text(json.dumps(report, indent=1) + "\n")
         (tmp / "report.md").write_text(table)
         fig, ax = plt.subplots(figsize=(5.5, 3.4), dpi=100)
         r = np.linspace(0, 0.9, 50)
+        ratio = [p["replay_ratio"] for p in points]
         ax.plot(r, 1 / (1 - r), "k--", lw=0.8, label="ideal 1/(1-r)")
-        ax.plot([p["replay_ratio"] for p in points], [p["speedup"] for p in points], "o-",
-                label="RTL, FastCar + DRS")
-        ax.plot([p["replay_ratio"] for p in points],
-                [p["cycles_dense"] / p["cycles_static"] for p in points], "s:", label="RTL, static")
+        ax.plot(ratio, [p["speedup"] for p in points], "o-", label="RTL, FastCar + DRS")
+        ax.plot(ratio, [p["cycles_dense"] / p["cycles_static_chunk"] for p in points], "^--", mfc="none",
+                label="RTL, FastCar + chunk round-robin")
+        ax.plot(ratio, [p["cycles_dense"] / p["cycles_static"] for p in points], "s:",
+                label="RTL, FastCar + row-static")
         ax.set_xlabel("replay ratio r")
         ax.set_ylabel("speed-up over dense (cycles)")
         ax.legend(fontsize=7)

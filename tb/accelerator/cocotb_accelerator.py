@@ -8,7 +8,8 @@
                      its own earlier outputs)
 ``FASTCAR_SEED``     seed of the idle/backpressure generators
 ``FASTCAR_STALL``    probability of an idle cycle on the inputs and of backpressure on the output
-``FASTCAR_MODES``    comma-separated runs: ``drs``, ``static``, ``dense`` (tau = +inf, no replay)
+``FASTCAR_MODES``    comma-separated runs: ``drs``, ``chunk_rr`` (chunk round-robin), ``static``,
+                     ``dense`` (tau = +inf, no replay; DRS)
 ``FASTCAR_REPORT``   JSON file to write the measured cycles into
 
 The testbench has no Python that runs on every clock cycle unless the run asks for random stalls
@@ -213,6 +214,7 @@ async def run_mode(dut, tr, cfg, groups, mode, seed, stall, log, *, reset=True, 
         await tb.reset()
     wall0, cpu0, sim0 = time.perf_counter(), time.process_time(), get_sim_time("ns")
     await tb.configure(cached_config_words(cfg, trace_layers(tr), static=(mode == "static"),
+                                           chunk_rr=(mode == "chunk_rr"),
                                            refresh_every=tr.manifest["decode"].get("refresh_every"),
                                            max_chain=tr.manifest["decode"].get("max_chain")))
     config_cycles = int((get_sim_time("ns") - sim0) // CLOCK_NS)

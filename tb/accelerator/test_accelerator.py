@@ -1,6 +1,6 @@
 """pytest driver: the whole accelerator's RTL on Verilator against a decode trace (default: the
-shipped golden/fastcar), under random idle and backpressure, with DRS, static assignment and a
-dense run compared on the same inputs; plus planted mismatches that must be caught.
+shipped golden/fastcar), under random idle and backpressure, with DRS, chunk round-robin, static
+assignment and a dense run compared on the same inputs; plus planted mismatches that must be caught.
 
 Every seed and every mode is its own test and its own simulator process, so pytest-xdist
 (``-n auto``) runs them side by side; the workers share one Verilator build (``tb.runner.build``).
@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hw.accelerator import Accelerator
+from hw.top import make_accelerator
 from hw.axis_adapter import AxisAdapter
 from sw.config import DEFAULT_ACCEL, AccelConfig
 from sw.decode_trace import load_decode_trace
@@ -31,7 +31,7 @@ pytestmark = pytest.mark.xdist_group("accelerator")
 
 HERE = Path(__file__).resolve().parent
 #: The no-stall runs, longest first so that a parallel session starts it first.
-MODES = ("dense", "static", "drs")
+MODES = ("dense", "static", "chunk_rr", "drs")
 
 
 def build_dir(cfg: AccelConfig, variant: str = "") -> Path:
@@ -49,7 +49,7 @@ VARIANTS = {"": {"public": "ports"}, "-cocotb-default": {"public": "all", "fast"
 def run(cfg: AccelConfig, env: dict, tag: str, testcase="run_trace", variant: str = ""):
     report = build_dir(cfg, variant) / f"cycles-{tag}.json"
     env = {"FASTCAR_ACCEL": json.dumps(cfg.to_dict()), "FASTCAR_REPORT": str(report), **env}
-    run_cocotb(lambda: AxisAdapter(Accelerator(cfg)), toplevel="accelerator_axis",
+    run_cocotb(lambda: AxisAdapter(make_accelerator(cfg)), toplevel="accelerator_axis",
                test_module="cocotb_accelerator", test_dir=HERE, build_dir=build_dir(cfg, variant),
                sim="verilator", env=env, results_name=f"results-{tag}.xml", testcase=testcase,
                key=cfg.to_dict(), **VARIANTS[variant])
@@ -104,7 +104,7 @@ def check_cycle_model(cfg: AccelConfig, trace_dir, rep: dict, mode: str, toleran
     m, groups = rep["modes"][mode], rep["groups"]
     n = len(groups)
     masks = tr.replay[groups] if mode != "dense" else np.zeros((n, tr.dims["batch"]), int)
-    model = trace_cycles(cfg, masks, static=(mode == "static"))
+    model = trace_cycles(cfg, masks, static=(mode == "static"), chunk_rr=(mode == "chunk_rr"))
     err = np.abs(model - np.array(m["cycles"])) / np.array(m["cycles"])
     worst = int(np.argmax(err))
     assert err[worst] <= tolerance, (f"{mode}: the cycle model is off by {err[worst]:.1%} on group "
@@ -115,9 +115,9 @@ def check_cycle_model(cfg: AccelConfig, trace_dir, rep: dict, mode: str, toleran
 
 @pytest.mark.parametrize("mode", MODES)
 def test_trace_cycles(trace_dir, request, mode, record_property):
-    """No stalls, one mode per run: FastCar with DRS, with static assignment, or dense (tau = +inf,
-    same inputs); bit-exact, and every group's cycles within 2 % of the cycle model. The session
-    summary compares the modes (DRS must beat static and dense)."""
+    """No stalls, one mode per run: FastCar with DRS, with chunk round-robin, with static assignment,
+    or dense (tau = +inf, same inputs); bit-exact, and every group's cycles within 2 % of the cycle
+    model. The session summary compares the modes (DRS must beat static and dense)."""
     groups = groups_option(request)
     rep = run(DEFAULT_ACCEL, {"FASTCAR_TRACE": str(trace_dir), "FASTCAR_GROUPS": groups,
                               "FASTCAR_MODES": mode}, f"cycles-{mode}")
