@@ -213,3 +213,23 @@ def test_y_beats_decode_like_the_gateware(trace):
     for b, beat in enumerate(rows):
         np.testing.assert_array_equal(beat.y, trace.y[4, b])
         assert (beat.replay, beat.row, beat.last) == (int(trace.replay[4, b]), b, int(b == 1))
+
+
+@pytest.mark.parametrize("static,chunk_rr", [(False, False), (True, False), (False, True)])
+def test_schedule_reaches_the_control_word(trace, static, chunk_rr):
+    """``run_trace(static=, chunk_rr=)`` (``--static`` / ``--chunk-rr``) sets the control word's
+    scheduling bits, the last configuration word."""
+    from hw.accelerator import cfg_layout, ctrl_layout
+
+    board = FakeBoard(SMALL_ACCEL, trace)
+    run_trace(BoardLink(board), trace, select_groups(trace, "first:1"), static=static, chunk_rr=chunk_rr)
+    lay, data = ctrl_layout(), cfg_layout(SMALL_ACCEL)["data"].offset
+    word = board.words[-1]
+    assert (word >> (data + lay["static"].offset)) & 1 == static
+    assert (word >> (data + lay["chunk_rr"].offset)) & 1 == chunk_rr
+
+
+def test_static_and_chunk_rr_exclude_each_other(capsys):
+    with pytest.raises(SystemExit):
+        main(["--port", "/dev/null", "--static", "--chunk-rr"])
+    assert "not allowed with argument" in capsys.readouterr().err
