@@ -300,7 +300,7 @@ class TasGroup(wiring.Component):
         # ---- engines ------------------------------------------------------------------------
         accs, diffs = [], []
         for b in range(B):
-            acc, diff = self._engine(m, b, taps, in_take[b], neg_thr_acc, use_prim, sb)
+            acc, diff = self._engine(m, b, taps, take_b[b], in_take[b], neg_thr_acc, use_prim, sb)
             accs.append(acc)
             diffs.append(diff)
 
@@ -308,7 +308,10 @@ class TasGroup(wiring.Component):
         cnt_bank = []
         write_ports = []
         for b in range(B):
-            mem = memory.Memory(shape=unsigned(self._chain_bits), depth=depth, init=[])
+            # Distributed RAM: Yosys would otherwise fold the read register into a DP16KD
+            # without its output register (and the block RAMs are all taken in v2).
+            mem = memory.Memory(shape=unsigned(self._chain_bits), depth=depth, init=[],
+                                attrs={"ram_style": "distributed"})
             m.submodules[f"chain_{b}"] = mem
             rd = mem.read_port(domain="comb")
             wr = mem.write_port()
@@ -363,22 +366,23 @@ class TasGroup(wiring.Component):
         return m
 
     # ------------------------------------------------------------------------------------------
-    def _engine(self, m, b, taps, in_take, neg_thr_acc, use_prim, sb):
+    def _engine(self, m, b, taps, take, in_take, neg_thr_acc, use_prim, sb):
         """Engine ``b``: operand select, partial products, adder tree, accumulators."""
         P, S = self._lanes, self.steps
-        # Step counter: s in the cycle tap s holds this engine's chunk s.
+        # Step counter: s in the cycle tap s holds this engine's chunk s (0 from the beat on, so
+        # that the operand select is the counter alone).
         step = Signal(range(max(S, 2)), name=f"e{b}_step")
-        with m.If(in_take):
-            m.d.sync += step.eq(1 if S > 1 else 0)
+        with m.If(take):
+            m.d.sync += step.eq(0)
         with m.Elif(step != S - 1):
             m.d.sync += step.eq(step + 1)
         cur = Signal(2 * 8 * P, name=f"e{b}_cur")
-        m.d.comb += cur.eq(taps[0])
-        with m.If(~in_take):
-            with m.Switch(step):
-                for s in range(1, S):
-                    with m.Case(s):
-                        m.d.comb += cur.eq(taps[s])
+        with m.Switch(step):
+            for s in range(S - 1):
+                with m.Case(s):
+                    m.d.comb += cur.eq(taps[s])
+            with m.Default():
+                m.d.comb += cur.eq(taps[S - 1])
         op = Signal(2 * 8 * P, name=f"e{b}_op", reset_less=True)
         m.d.sync += op.eq(cur)
         qs = [op[8 * j:8 * j + 8].as_signed() for j in range(P)]
