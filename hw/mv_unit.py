@@ -54,8 +54,9 @@ class MvUnit(wiring.Component):
       through the level's register);
     * the accumulator: ``acc = tree`` on a ``first`` beat, ``acc + tree`` otherwise, loaded only
       for valid beats. The ``valid``/``first``/``last`` marks travel along a reset register chain
-      beside the sums; the datapath registers have no reset. The last mark stage is copied per
-      output so that no mark drives the enables of all ``n_out * acc_bits`` accumulator bits.
+      beside the sums; the datapath registers have no reset. The last stage's ``valid`` and
+      ``first`` drive all ``n_out * acc_bits`` accumulator bits (per-output copies would be merged
+      back into one by Yosys); in the 180 MHz harness this is the critical path, with 3 % slack.
 
     The sums are exact as long as every accumulated block fits in ``acc_bits`` signed bits (at
     most ``(2 ** (acc_bits - 1) - 1) // (n_in * 16384)`` beats of ``(-128) * (-128)``); beyond
@@ -142,10 +143,12 @@ class MvUnit(wiring.Component):
         # Marks beside the products and the tree levels (control: reset).
         marks = Signal(3)    # valid, first, last
         m.d.comb += marks.eq(Cat(self.i.valid, self.i.payload.first, self.i.payload.last))
-        for stage in range(Mult18.latency + PRODUCT_REGISTERS + levels - 1):
+        for stage in range(Mult18.latency + PRODUCT_REGISTERS + levels):
             nxt = Signal(3, name=f"marks_{stage}")
             m.d.sync += nxt.eq(marks)
             marks = nxt
+        valid, first, last = marks[0], marks[1], marks[2]
+        m.d.sync += self.o.valid.eq(valid & last)
 
         for n in range(n_out):
             # Adder tree, a register after each level, one bit wider per level.
@@ -160,16 +163,9 @@ class MvUnit(wiring.Component):
                 row = nxt
             tree = row[0]
 
-            # The last mark stage, one copy per output (it enables acc_bits flip-flops).
-            col = Signal(3, name=f"marks_col_{n}")
-            m.d.sync += col.eq(marks)
-            valid, first = col[0], col[1]
-
             acc = self.o.payload[n]
             acc_reg = Signal(signed(self._acc_bits), name=f"acc_{n}", reset_less=True)
             with m.If(valid):
                 m.d.sync += acc_reg.eq(Mux(first, 0, acc_reg) + tree)
             m.d.comb += acc.eq(acc_reg)
-            if n == 0:
-                m.d.sync += self.o.valid.eq(valid & col[2])
         return m
