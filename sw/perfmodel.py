@@ -58,7 +58,11 @@ def chunk_cycles(cfg: AccelConfig) -> int:
 def group_cycles(cfg: AccelConfig, replay, *, static: bool = False, chunk_rr: bool = False) -> int:
     """Cycles of one group (first row taken to last row given) for the replay mask ``replay[B]``:
     DRS, ``static`` or (when not ``static``) chunk round-robin ``chunk_rr``, as the dispatcher's
-    ``static`` and ``chunk_rr`` inputs."""
+    ``static`` and ``chunk_rr`` inputs. The v2 datapath (``cfg.datapath == 2``) has its own
+    model, :func:`sw.cycles_v2.group_cycles_v2`."""
+    if cfg.datapath == 2:
+        from sw.cycles_v2 import group_cycles_v2
+        return group_cycles_v2(cfg, replay, _schedule(static, chunk_rr))
     replay = [bool(r) for r in replay]
     P, S, T, tr = cfg.cores, cfg.chunks, chunk_cycles(cfg), t_row(cfg)
     if all(replay):
@@ -94,7 +98,14 @@ def group_cycles(cfg: AccelConfig, replay, *, static: bool = False, chunk_rr: bo
     return done + TAIL
 
 
+def _schedule(static: bool, chunk_rr: bool) -> str:
+    return "static" if static else "chunk_rr" if chunk_rr else "drs"
+
+
 def trace_cycles(cfg: AccelConfig, replay: np.ndarray, *, static: bool = False,
                  chunk_rr: bool = False) -> np.ndarray:
     """Modelled cycles of every group of a ``[G, B]`` replay mask (schedule as :func:`group_cycles`)."""
+    if cfg.datapath == 2:
+        from sw.cycles_v2 import trace_cycles_v2
+        return trace_cycles_v2(cfg, replay, _schedule(static, chunk_rr))
     return np.array([group_cycles(cfg, m, static=static, chunk_rr=chunk_rr) for m in np.asarray(replay)])
