@@ -376,15 +376,27 @@ class TasGroup(wiring.Component):
             m.d.sync += step.eq(0)
         with m.Elif(step != S - 1):
             m.d.sync += step.eq(step + 1)
-        cur = Signal(2 * 8 * P, name=f"e{b}_cur")
-        with m.Switch(step):
-            for s in range(S - 1):
-                with m.Case(s):
-                    m.d.comb += cur.eq(taps[s])
-            with m.Default():
-                m.d.comb += cur.eq(taps[S - 1])
+        # The select fans out to every operand bit: copies of the counter, each driving a few
+        # lanes. Copy g holds ``step ^ g`` so that Yosys cannot merge the copies back into one.
+        w = len(step)
+        copies = min(P, 1 << w)
+        sels = []
+        for g in range(copies):
+            c = Signal(w, name=f"e{b}_step_{g}", init=g)
+            with m.If(take):
+                m.d.sync += c.eq(g)
+            with m.Elif(step != S - 1):
+                m.d.sync += c.eq((step + 1)[:w] ^ g)
+            sels.append(c ^ g)
         op = Signal(2 * 8 * P, name=f"e{b}_op", reset_less=True)
-        m.d.sync += op.eq(cur)
+        for ln in range(P):
+            sel = sels[ln * copies // P]
+            for base in (8 * ln, 8 * P + 8 * ln):
+                level = [t[base:base + 8] for t in taps]
+                level += [level[-1]] * ((1 << w) - len(level))
+                for bit in range(w):
+                    level = [Mux(sel[bit], level[2 * i + 1], level[2 * i]) for i in range(len(level) // 2)]
+                m.d.sync += op[base:base + 8].eq(level[0])
         qs = [op[8 * j:8 * j + 8].as_signed() for j in range(P)]
         ks = [op[8 * P + 8 * j:8 * P + 8 * j + 8] for j in range(P)]
 
