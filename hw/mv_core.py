@@ -4,6 +4,8 @@ from amaranth import *
 from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from hw.bram import CONFIGS as BRAM_CONFIGS
+from hw.bram import Bram
 from hw.mlp_core import job_layout
 from hw.mult18 import Mult18
 from hw.mv_layout import pass_lengths
@@ -17,6 +19,11 @@ from sw.config import AccelConfig
 __all__ = ["MvCore", "gu_rq_load_layout", "done_layout", "mv_acc_bits"]
 
 NONE, GU, DN = 0, 1, 2
+#: Cycles from a D block's accumulator read to its write being visible to the next read of the
+#: same block (read, add, write): a D pass must be at least this long.
+ACC_WRITE_DISTANCE = 3
+#: Activation blocks per first-stage multiplexer group (see ``act`` in :meth:`MvCore.elaborate`).
+ACT_GROUP_BITS = 2
 
 
 def gu_rq_load_layout(cfg: AccelConfig):
@@ -28,6 +35,27 @@ def gu_rq_load_layout(cfg: AccelConfig):
 def done_layout(cfg: AccelConfig, tag_bits: int):
     """A finished D pass: the row (``tag``) and layer whose accumulator it completed."""
     return data.StructLayout({"tag": tag_bits, "layer": index_bits(cfg.layers)})
+
+
+def bram_table(m, name, width, depth):
+    """A ``width``-bit, ``depth``-word table of :class:`hw.bram.Bram` blocks side by side (one
+    DP16KD each, output register used: read latency 2). Returns ``(w_en, w_addr, w_data, r_addr,
+    r_data)``."""
+    dw = max((dw for dw, words in BRAM_CONFIGS if words >= depth), default=None)
+    if dw is None:
+        raise ValueError(f"{name}: a table of {depth} words does not fit one DP16KD deep, "
+                         f"not depth {depth!r}")
+    abits = index_bits(depth)
+    w_en, w_addr, r_addr = Signal(name=f"{name}_w_en"), Signal(abits, name=f"{name}_w_addr"), \
+        Signal(abits, name=f"{name}_r_addr")
+    w_data, r_data = Signal(width, name=f"{name}_w_data"), Signal(width, name=f"{name}_r_data")
+    for k, lo in enumerate(range(0, width, dw)):
+        hi = min(width, lo + dw)
+        ram = Bram(hi - lo, depth)
+        m.submodules[f"{name}_{k}"] = ram
+        m.d.comb += [ram.w_en.eq(w_en), ram.w_addr.eq(w_addr), ram.w_data.eq(w_data[lo:hi]),
+                     ram.r_addr.eq(r_addr), r_data[lo:hi].eq(ram.r_data)]
+    return w_en, w_addr, w_data, r_addr, r_data
 
 
 def mv_acc_bits(cfg: AccelConfig) -> int:
@@ -99,9 +127,13 @@ class MvCore(wiring.Component):
     """
 
     def __init__(self, cfg: AccelConfig, *, w_latency: int, tag_bits: int):
-        if not isinstance(w_latency, int) or w_latency < 1:
-            raise ValueError(f"MvCore w_latency must be an integer >= 1, not {w_latency!r}")
+        if not isinstance(w_latency, int) or w_latency < 2:
+            raise ValueError(f"MvCore w_latency must be an integer >= 2, not {w_latency!r}")
         L = pass_lengths(cfg)
+        if L["d_ib"] * L["d_ob"] < ACC_WRITE_DISTANCE:
+            raise ValueError(f"MvCore: a D pass must last at least {ACC_WRITE_DISTANCE} cycles (an "
+                             f"accumulator block's write must land before the block is read again), not "
+                             f"{L['d_ib'] * L['d_ob']!r}")
         if L["gu_ib"] < cfg.mv_out:
             raise ValueError(f"MvCore: a GU run of {L['gu_ib']} cycles is shorter than the {cfg.mv_out} "
                              f"outputs its one requantiser lane must serialise (d_model / mv_in < mv_out)")
@@ -142,7 +174,7 @@ class MvCore(wiring.Component):
         # x of a job is written once, when it is taken, into the x register the running GU pass
         # does not read; everything else about a job is a few bits and moves freely.
         meta = data.StructLayout({"layer": layer_bits, "chunk": chunk_bits, "tag": max(1, tb),
-                                  "base": addr_w, "slot": 1, "xe": 1})
+                                  "base": addr_w, "dbase": addr_w, "slot": 1, "xe": 1})
         xregs = [Signal(data.ArrayLayout(signed(8), cfg.d_model), name=f"x_{e}", reset_less=True)
                  for e in range(2)]
         nxt = Signal(meta)
@@ -159,9 +191,11 @@ class MvCore(wiring.Component):
             base = mul_const(mul_const(self.i.p.layer, cfg.chunks) + self.i.p.chunk, gu_blocks + d_blocks)
             m.d.sync += [nxt.layer.eq(self.i.p.layer), nxt.chunk.eq(self.i.p.chunk),
                          nxt.tag.eq(self.i.p.tag), nxt.base.eq(base), nxt.xe.eq(~gu.xe), nxt_full.eq(1)]
-            for e in range(2):
-                with m.If(gu.xe != e):
-                    m.d.sync += xregs[e].eq(self.i.p.x)
+        # The free x register follows the input's payload until a job is held, so its 8 * d_model
+        # enables come from two flops and not from the handshake.
+        for e in range(2):
+            with m.If(~nxt_full & (gu.xe != e)):
+                m.d.sync += xregs[e].eq(self.i.p.x)
 
         # --- the pass counters: their values are this cycle's issue -----------------------------
         kind = Signal(2)
@@ -170,10 +204,10 @@ class MvCore(wiring.Component):
         ib = Signal(ib_bits)
         left = Signal(range(max(gu_blocks, d_blocks)))
         waddr = Signal(addr_w)
-        end = Signal()
-        m.d.comb += [end.eq((kind != NONE) & (left == 0)), self.w_addr.eq(waddr)]
+        end = Signal()                          # a pass's last issue (left == 0), as a register
+        m.d.comb += self.w_addr.eq(waddr)
         with m.If(kind != NONE):
-            m.d.sync += [left.eq(left - 1), waddr.eq(waddr + 1)]
+            m.d.sync += [left.eq(left - 1), waddr.eq(waddr + 1), end.eq(left == 1)]
             with m.If(kind == GU):
                 with m.If(ib == L["gu_ib"] - 1):
                     m.d.sync += [ib.eq(0), mat.eq(~mat)]
@@ -219,32 +253,41 @@ class MvCore(wiring.Component):
             m.d.sync += [dq[0].eq(new_q[0]), dq[1].eq(new_q[1]), dq_n.eq(q_after)]
 
         with m.If(start_gu):
-            m.d.sync += [gu.eq(nxt), gu.slot.eq(wslot), wslot.eq(~wslot), nxt_full.eq(0),
-                         hready.bit_select(wslot, 1).eq(0),
+            m.d.sync += [gu.eq(nxt), gu.slot.eq(wslot), gu.dbase.eq(nxt.base + gu_blocks), wslot.eq(~wslot),
+                         nxt_full.eq(0), hready.bit_select(wslot, 1).eq(0),
                          kind.eq(GU), ob.eq(0), mat.eq(0), ib.eq(0), left.eq(gu_blocks - 1),
-                         waddr.eq(nxt.base)]
+                         end.eq(gu_blocks == 1), waddr.eq(nxt.base)]
         with m.Elif(start_d):
-            m.d.sync += [kind.eq(DN), ob.eq(0), ib.eq(0), left.eq(d_blocks - 1),
-                         waddr.eq(new_q[0].base + gu_blocks)]
+            m.d.sync += [kind.eq(DN), ob.eq(0), ib.eq(0), left.eq(d_blocks - 1), end.eq(d_blocks == 1),
+                         waddr.eq(new_q[0].dbase)]
         with m.Elif(end):
-            m.d.sync += kind.eq(NONE)
+            m.d.sync += [kind.eq(NONE), end.eq(0)]
         m.d.comb += self.busy.eq((kind != NONE) | (dq_n != 0) | nxt_full)
 
         # --- operands: the activation block of this issue, delayed to meet the weights ----------
         hbuf = [Signal(data.ArrayLayout(signed(8), F), name=f"h_{s}", reset_less=True) for s in range(2)]
-        act = Signal(data.ArrayLayout(signed(8), I), reset_less=True)
-        with m.If(kind == GU):
-            with m.Switch(Cat(ib, gu.xe)):
-                for e in range(2):
-                    for b in range(L["gu_ib"]):
-                        with m.Case(b | (e << ib_bits)):
-                            m.d.sync += act.eq(xregs[e].as_value()[b * I * 8:(b + 1) * I * 8])
-        with m.Else():
-            with m.Switch(Cat(ib, dcur.slot)):
-                for s in range(2):
-                    for b in range(L["d_ib"]):
-                        with m.Case(b | (s << ib_bits)):
-                            m.d.sync += act.eq(hbuf[s].as_value()[b * I * 8:(b + 1) * I * 8])
+        # In two registered stages: first, per group of 2**ACT_GROUP_BITS blocks of a source, the
+        # block of the low bits of ib and of the x register (or h buffer) in use; then the group.
+        # The weights come w_latency cycles after the issue, so this costs no cycle.
+        lo_bits = min(ACT_GROUP_BITS, ib_bits)
+        act_block = data.ArrayLayout(signed(8), I)
+        groups = []
+        for src, n_blocks, sel, regs in ((GU, L["gu_ib"], gu.xe, xregs), (DN, L["d_ib"], dcur.slot, hbuf)):
+            for g in range(-(-n_blocks // (1 << lo_bits))):
+                pre = Signal(act_block, name=f"act_pre_{'gu' if src == GU else 'd'}{g}", reset_less=True)
+                with m.Switch(Cat(ib[:lo_bits], sel)):
+                    for e in range(2):
+                        for j in range(1 << lo_bits):
+                            b = (g << lo_bits) + j
+                            if b < n_blocks:
+                                with m.Case(j | (e << lo_bits)):
+                                    m.d.sync += pre.eq(regs[e].as_value()[b * I * 8:(b + 1) * I * 8])
+                groups.append(pre)
+        n_gu_groups = -(-L["gu_ib"] // (1 << lo_bits))
+        group = Signal(range(len(groups)))
+        m.d.sync += group.eq(Mux(kind == GU, ib[lo_bits:], n_gu_groups + ib[lo_bits:]))
+        act = Signal(act_block, reset_less=True)
+        m.d.sync += act.eq(Array(groups)[group])
         # The pass descriptor rides along: at a run's last beat it says where the sums go.
         desc_layout = data.StructLayout({"valid": 1, "first": 1, "last": 1, "kind": 2, "mat": 1,
                                          "ob": ob_bits, "layer": layer_bits, "chunk": chunk_bits,
@@ -257,12 +300,15 @@ class MvCore(wiring.Component):
                      desc.last.eq(Mux(kind == GU, ib == L["gu_ib"] - 1, ib == L["d_ib"] - 1)),
                      desc.layer.eq(cur.layer), desc.chunk.eq(cur.chunk), desc.slot.eq(cur.slot),
                      desc.tag.eq(cur.tag)]
-        # act and desc are one cycle after the issue; the weights w_latency cycles after it.
-        for s in range(self._wl - 1):
+        # act is two cycles after the issue, desc one; the weights w_latency cycles after it.
+        for s in range(self._wl - 2):
             a2 = Signal.like(act, name=f"act_d{s}")
+            m.d.sync += a2.eq(act)
+            act = a2
+        for s in range(self._wl - 1):
             d2 = Signal.like(desc, name=f"desc_d{s}")
-            m.d.sync += [a2.eq(act), d2.eq(desc)]
-            act, desc = a2, d2
+            m.d.sync += d2.eq(desc)
+            desc = d2
 
         m.submodules.mv = mv = MvUnit(I, O, mv_acc_bits(cfg))
         m.d.comb += [mv.i.valid.eq(desc.valid), mv.i.p.x.eq(act), mv.i.p.w.eq(self.w_data),
@@ -270,56 +316,64 @@ class MvCore(wiring.Component):
         for s in range(mv.latency):
             d2 = Signal.like(desc, name=f"desc_m{s}")
             m.d.sync += d2.eq(desc)
-            desc = d2
+            desc, desc_prev = d2, desc
+        # The addresses a finished block needs (gate/up table entry, accumulator), computed a
+        # cycle ahead beside the descriptor.
+        tbase = Signal(index_bits(2 * cfg.layers * cfg.d_ff))
+        a_idx = Signal(range(cfg.batch * L["d_ob"]))
+        m.d.sync += [tbase.eq(mul_const(mul_const(desc_prev.mat, cfg.layers) + desc_prev.layer, cfg.d_ff)
+                              + mul_const(desc_prev.chunk, F) + mul_const(desc_prev.ob, O)),
+                     a_idx.eq(mul_const(desc_prev.tag, L["d_ob"]) + desc_prev.ob)]
         out_gu = mv.o.valid & (desc.kind == GU)
         out_d = mv.o.valid & (desc.kind == DN)
 
         # --- GU sums -> one requantiser lane -> SiLU or the gated product -> h -----------------
-        m.submodules.rq_table = rq_table = memory.Memory(shape=h_params_layout(),
-                                                         depth=2 * cfg.layers * cfg.d_ff, init=[])
-        rqw, rqr = rq_table.write_port(), rq_table.read_port(domain="sync")
-        m.d.comb += [rqw.en.eq(self.rq.valid), rqw.addr.eq(self.rq.p.addr), rqw.data.eq(self.rq.p.p)]
+        # The table in block RAM with its output register: the first entry of a block is addressed
+        # in the cycle the sums arrive, the others from ser_addr, so each reaches the lane with its sum.
+        rq_we, rq_wa, rq_wd, rq_ra, rq_rd = bram_table(m, "rq_table", h_params_layout().size,
+                                                       2 * cfg.layers * cfg.d_ff)
+        m.d.comb += [rq_we.eq(self.rq.valid), rq_wa.eq(self.rq.p.addr), rq_wd.eq(self.rq.p.p)]
+        rq_p = Signal(h_params_layout())
+        m.d.comb += rq_p.eq(rq_rd)
         ser = Signal(data.ArrayLayout(signed(mv.acc_bits), O), reset_less=True)
         ser_busy = Signal()
         ser_n = Signal(range(O))
-        ser_addr = Signal(len(rqr.addr))
         ser_tag = Signal(data.StructLayout({"mat": 1, "ob": ob_bits, "n": index_bits(O), "slot": 1,
                                             "layer": layer_bits}))
+        ser_addr = Signal(len(tbase))
         with m.If(out_gu):
-            table_base = (mul_const(mul_const(desc.mat, cfg.layers) + desc.layer, cfg.d_ff)
-                          + mul_const(desc.chunk, F) + mul_const(desc.ob, O))
-            m.d.sync += [ser.eq(mv.o.p), ser_busy.eq(1), ser_n.eq(0), ser_addr.eq(table_base),
+            m.d.sync += [ser.eq(mv.o.p), ser_busy.eq(1), ser_n.eq(0), ser_addr.eq(tbase + 1),
                          ser_tag.mat.eq(desc.mat), ser_tag.ob.eq(desc.ob), ser_tag.slot.eq(desc.slot),
                          ser_tag.layer.eq(desc.layer)]
         with m.Elif(ser_busy):
             m.d.sync += [ser_n.eq(ser_n + 1), ser_addr.eq(ser_addr + 1)]
             with m.If(ser_n == O - 1):
                 m.d.sync += ser_busy.eq(0)
-        m.d.comb += rqr.addr.eq(ser_addr)
+        m.d.comb += rq_ra.eq(Mux(out_gu, tbase, ser_addr))
         lane_v = Signal()
         lane_acc = Signal(signed(mv.acc_bits), reset_less=True)
         lane_tag = Signal.like(ser_tag)
         m.d.sync += [lane_v.eq(ser_busy), lane_acc.eq(ser[ser_n]), lane_tag.eq(ser_tag),
                      lane_tag.n.eq(ser_n)]
         m.submodules.rq_gu = rq_gu = RequantLane(mv.acc_bits, len(ser_tag.as_value()))
-        m.d.comb += [rq_gu.i.valid.eq(lane_v), rq_gu.i.p.acc.eq(lane_acc), rq_gu.i.p.mult.eq(rqr.data.mult),
-                     rq_gu.i.p.shift.eq(rqr.data.shift), rq_gu.i.p.tag.eq(lane_tag)]
+        m.d.comb += [rq_gu.i.valid.eq(lane_v), rq_gu.i.p.acc.eq(lane_acc), rq_gu.i.p.mult.eq(rq_p.mult),
+                     rq_gu.i.p.shift.eq(rq_p.shift), rq_gu.i.p.tag.eq(lane_tag)]
         code = rq_gu.o.p.y
         ctag = Signal.like(ser_tag)
         m.d.comb += ctag.eq(rq_gu.o.p.tag)
 
-        # SiLU of gate codes: the layer's table, read in one cycle, stored per channel of the block.
-        m.submodules.silu = silu = memory.Memory(shape=signed(8), depth=cfg.layers * 256, init=[])
-        lw, lr = silu.write_port(), silu.read_port(domain="sync")
-        m.d.comb += [lw.en.eq(self.lut.valid), lw.addr.eq(Cat(self.lut.p.addr, self.lut.p.layer)),
-                     lw.data.eq(self.lut.p.value),
-                     lr.addr.eq(Cat((code + 128)[:8], ctag.layer))]
-        g_v = Signal()
-        g_n = Signal.like(ctag.n)
-        m.d.sync += [g_v.eq(rq_gu.o.valid & ~ctag.mat), g_n.eq(ctag.n)]
+        # SiLU of gate codes: the layer's table (block RAM, read latency 2), stored per channel of
+        # the block. The up code of the channel comes a run (d_model / mv_in cycles) later.
+        lu_we, lu_wa, lu_wd, lu_ra, lu_rd = bram_table(m, "silu", 8, cfg.layers * 256)
+        m.d.comb += [lu_we.eq(self.lut.valid), lu_wa.eq(Cat(self.lut.p.addr, self.lut.p.layer)),
+                     lu_wd.eq(self.lut.p.value),
+                     lu_ra.eq(Cat(code[:7], ~code[7], ctag.layer))]     # code + 128
+        g_v = Signal(2)
+        g_n = [Signal.like(ctag.n, name=f"g_n_{s}") for s in range(2)]
+        m.d.sync += [g_v.eq(Cat(rq_gu.o.valid & ~ctag.mat, g_v[0])), g_n[0].eq(ctag.n), g_n[1].eq(g_n[0])]
         acts = Signal(data.ArrayLayout(signed(8), O), reset_less=True)
-        with m.If(g_v):
-            m.d.sync += acts[g_n].eq(lr.data)
+        with m.If(g_v[1]):
+            m.d.sync += acts[g_n[1]].eq(lu_rd)
         # Up codes: act * up in a DSP, then the layer's h requantisation.
         m.submodules.gate_mul = gmul = Mult18(8, 8)
         m.d.comb += [gmul.a.eq(acts[ctag.n]), gmul.b.eq(code)]
@@ -352,9 +406,8 @@ class MvCore(wiring.Component):
         m.submodules.acc = acc = memory.Memory(shape=data.ArrayLayout(signed(R), O), depth=n_acc, init=[])
         aw = acc.write_port()
         ar = acc.read_port(domain="comb")
-        ao = acc.read_port(domain="sync")
+        ao = acc.read_port(domain="comb")       # distributed RAM: both reads asynchronous, registered here
         touched = Signal(n_acc)
-        a_idx = mul_const(desc.tag, L["d_ob"]) + desc.ob
         m.d.comb += ar.addr.eq(a_idx)
         r_v, r_last, r_touched = Signal(), Signal(), Signal()
         r_idx = Signal(range(n_acc))
@@ -365,15 +418,22 @@ class MvCore(wiring.Component):
         m.d.sync += [r_v.eq(out_d), r_last.eq(desc.ob == L["d_ob"] - 1), r_idx.eq(a_idx),
                      r_touched.eq(touched.bit_select(a_idx, 1)), r_old.eq(ar.data), r_sum.eq(mv.o.p),
                      r_tag.eq(desc.tag), r_layer.eq(desc.layer)]
-        m.d.comb += [aw.en.eq(r_v), aw.addr.eq(r_idx)]
+        # The new sums are registered before the write (ACC_WRITE_DISTANCE).
+        w_v = Signal()
+        w_idx = Signal.like(r_idx)
+        w_data = Signal.like(ar.data, reset_less=True)
+        m.d.sync += [w_v.eq(r_v), w_idx.eq(r_idx)]
         for n in range(O):
-            m.d.comb += aw.data[n].eq(Mux(r_touched, r_old[n] + r_sum[n], r_sum[n]))
+            m.d.sync += w_data[n].eq(Mux(r_touched, r_old[n] + r_sum[n], r_sum[n]))
+        m.d.comb += [aw.en.eq(w_v), aw.addr.eq(w_idx), aw.data.eq(w_data)]
         with m.If(self.group_start):
             m.d.sync += touched.eq(0)
         with m.Elif(r_v):
             m.d.sync += touched.bit_select(r_idx, 1).eq(1)
         m.d.sync += [self.done.valid.eq(r_v & r_last), self.done.p.tag.eq(r_tag),
                      self.done.p.layer.eq(r_layer)]
-        m.d.comb += [ao.addr.eq(self.acc_addr), self.acc_data.eq(ao.data)]
+        acc_q = Signal.like(ao.data, reset_less=True)
+        m.d.sync += acc_q.eq(ao.data)
+        m.d.comb += [ao.addr.eq(self.acc_addr), self.acc_data.eq(acc_q)]
         m.d.sync += self.acc_touched.eq(touched.bit_select(self.acc_addr, 1))
         return m

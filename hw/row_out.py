@@ -76,26 +76,29 @@ class RowOut(wiring.Component):
         m = Module()
         cfg, P, B, O, D = self._cfg, self._cores, self._cfg.batch, self._cfg.mv_out, self._d_ob
         S = cfg.chunks
-        layer_bits = index_bits(cfg.layers)
 
         # --- chunks finished per row ---------------------------------------------------------
+        # ``full`` is a register (the count's next value compared with ``chunks``), so the start
+        # decision below depends on flops only.
         count = [Signal(range(S + 1), name=f"count_{b}") for b in range(B)]
-        layer = [Signal(layer_bits, name=f"layer_{b}") for b in range(B)]
+        lbase = [Signal(range(cfg.layers * D), name=f"lbase_{b}") for b in range(B)]  # layer * D
+        full = Signal(B)
         start = Signal()
         cur = Signal(range(B))
         pick = Signal(range(B))
         for b in range(B):
             hits = [self.done[p].valid & (self.done[p].p.tag == b) for p in range(P)]
             inc = sum(hits[1:], hits[0])
+            count_next = Signal.like(count[b], name=f"count_next_{b}")
+            m.d.comb += count_next.eq(count[b])
             with m.If(start & (pick == b)):
-                m.d.sync += count[b].eq(0)
+                m.d.comb += count_next.eq(0)
             with m.Elif(Cat(*hits).any()):
-                m.d.sync += count[b].eq(count[b] + inc)
+                m.d.comb += count_next.eq(count[b] + inc)
+            m.d.sync += [count[b].eq(count_next), full[b].eq(count_next == S)]
             for p in range(P):
                 with m.If(hits[p]):
-                    m.d.sync += layer[b].eq(self.done[p].p.layer)
-        full = Signal(B)
-        m.d.comb += full.eq(Cat(*[count[b] == S for b in range(B)]))
+                    m.d.sync += lbase[b].eq(mul_const(self.done[p].p.layer, D))
 
         # --- one row at a time ----------------------------------------------------------------
         busy = Signal()
@@ -104,30 +107,40 @@ class RowOut(wiring.Component):
         for b in reversed(range(B)):
             with m.If(full[b]):
                 m.d.comb += pick.eq(b)
-        row_layer = Signal(layer_bits)
+        # The accumulator and table addresses are counters of their own (no adder before the reads).
+        acc_addr = Signal.like(self.acc_addr)
+        t_addr = Signal(range(cfg.layers * D))
         m.d.comb += start.eq(~busy & ~self.o.valid & full.any())
         with m.If(start):
             m.d.sync += [busy.eq(1), issuing.eq(1), cur.eq(pick), ob.eq(0)]
             with m.Switch(pick):
                 for b in range(B):
                     with m.Case(b):
-                        m.d.sync += row_layer.eq(layer[b])
+                        m.d.sync += [acc_addr.eq(b * D), t_addr.eq(lbase[b])]
         with m.If(issuing):
-            m.d.sync += ob.eq(ob + 1)
+            m.d.sync += [ob.eq(ob + 1), acc_addr.eq(acc_addr + 1), t_addr.eq(t_addr + 1)]
             with m.If(ob == D - 1):
                 m.d.sync += issuing.eq(0)
-        m.d.comb += self.acc_addr.eq(mul_const(cur, D) + ob)
+        m.d.comb += self.acc_addr.eq(acc_addr)
 
+        # The table in distributed RAM (asynchronous read of a registered address, then a register):
+        # writes are registered once on the way in (they only happen while loading).
         m.submodules.table = table = memory.Memory(shape=data.ArrayLayout(h_params_layout(), O),
                                                    depth=cfg.layers * D, init=[])
         tw = table.write_port(granularity=1)
-        tr = table.read_port(domain="sync")
+        tr = table.read_port(domain="comb")
+        tw_en = Signal(O)
+        tw_addr = Signal.like(tw.addr)
+        tw_data = Signal(h_params_layout(), reset_less=True)
+        m.d.sync += [tw_addr.eq(mul_const(self.rq.p.layer, D) + self.rq.p.ob), tw_data.eq(self.rq.p.p)]
         for n in range(O):
-            m.d.comb += [tw.data[n].eq(self.rq.p.p), tw.en[n].eq(self.rq.valid & (self.rq.p.n == n))]
-        m.d.comb += [tw.addr.eq(mul_const(self.rq.p.layer, D) + self.rq.p.ob),
-                     tr.addr.eq(mul_const(row_layer, D) + ob)]
+            m.d.sync += tw_en[n].eq(self.rq.valid & (self.rq.p.n == n))
+            m.d.comb += [tw.data[n].eq(tw_data), tw.en[n].eq(tw_en[n])]
+        t_addr1 = Signal.like(t_addr)
+        m.d.sync += t_addr1.eq(t_addr)
+        m.d.comb += [tw.addr.eq(tw_addr), tr.addr.eq(t_addr1)]
 
-        # Stage t + 1: the cores' blocks and the parameters; t + 2: their sum.
+        # Stage t + 1: the cores' blocks and the table's address; t + 2: their sum and the parameters.
         v1, v2 = Signal(), Signal()
         ob1, ob2 = Signal.like(ob), Signal.like(ob)
         m.d.sync += [v1.eq(issuing), ob1.eq(ob), v2.eq(v1), ob2.eq(ob1)]

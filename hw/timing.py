@@ -110,6 +110,24 @@ def _mv(cfg):
     return MvUnit(cfg.mv_in, cfg.mv_out, max(cfg.gu_sum_bits, sum_bits(cfg.chunk_width)))
 
 
+def _mv_core(cfg):
+    import dataclasses
+
+    from hw.mv_core import MvCore
+    from hw.weight_store import WeightStore
+    from hw.widths import index_bits
+    return MvCore(dataclasses.replace(cfg, datapath=2), w_latency=WeightStore.latency,
+                  tag_bits=index_bits(cfg.batch))
+
+
+def _row_out(cfg):
+    import dataclasses
+
+    from hw.row_out import RowOut
+    from hw.widths import index_bits
+    return RowOut(dataclasses.replace(cfg, datapath=2), cores=2, tag_bits=index_bits(cfg.batch))
+
+
 def _pe(cfg):
     from hw.pe import ProcessingElement
     return ProcessingElement(cfg.gate_tile.weight_depth * cfg.layers * cfg.chunks, lanes=cfg.cores)
@@ -180,6 +198,9 @@ def _uart(cfg):
 BLOCKS = {
     "weights": ("v2 weight store: one block per cycle on each of two ports, true dual-port DP16KD", _weights),
     "mv": ("v2 matrix-vector unit: mv_in x mv_out MULT18X18D, registered adder trees, accumulators", _mv),
+    "mv_core": ("v2 MLP core: pass scheduler, x and h registers, MV unit, gate/up requantiser, SiLU, "
+                "gated product, row accumulators (weights from the harness)", _mv_core),
+    "row_out": ("v2 output stage: chunk counts, the cores' accumulators added, requantiser lanes", _row_out),
     "pe": ("one processing element: weight block RAM (both ports), 2 MULT18X18D, partial sums", _pe),
     "array": ("the gate tile's systolic array of PEs with its skew", _array),
     "tile": ("one GEMM tile: row sequencer, array, deskew, requantiser, output FIFO", _tile),
