@@ -37,7 +37,11 @@ def ctrl_layout():
 
 
 def cfg_layout(cfg: AccelConfig):
-    """One configuration word: ``target``, ``addr`` and the target's payload in ``data``."""
+    """One configuration word: ``target``, ``addr`` and the target's payload in ``data`` (for the
+    v2 datapath, :func:`hw.accelerator_v2.cfg_layout_v2`)."""
+    if cfg.datapath == 2:
+        from hw.accelerator_v2 import cfg_layout_v2
+        return cfg_layout_v2(cfg)
     tiles = (cfg.gate_tile, cfg.down_tile)
     widths = [weight_layout(t)["data"].width for t in tiles]
     widths += [params_layout(cfg.cols).size, lut_load_layout(cfg.layers).size,
@@ -104,6 +108,9 @@ class Accelerator(wiring.Component):
     """
 
     def __init__(self, cfg: AccelConfig):
+        if cfg.datapath != 1:
+            raise ValueError(f"Accelerator builds the v1 datapath; this configuration asks for datapath "
+                             f"{cfg.datapath!r} (use hw.top.make_accelerator)")
         self._cfg = cfg
         d = cfg.d_model
         members = {

@@ -69,6 +69,9 @@ class AcceleratorV2(wiring.Component):
     """
 
     def __init__(self, cfg: AccelConfig):
+        if cfg.datapath != 2:
+            raise ValueError(f"AcceleratorV2 builds the v2 datapath; this configuration asks for datapath "
+                             f"{cfg.datapath!r} (use hw.top.make_accelerator)")
         self._cfg = cfg
         members = {
             "cfg": In(stream.Signature(data.StructLayout({"data": cfg_layout_v2(cfg)}))),

@@ -237,3 +237,44 @@ def trace_cycles_v2(cfg: AccelConfig, replay: np.ndarray, schedule: str = "drs")
             memo[key] = group_cycles_v2(cfg, mask, schedule, lat=lat)
         out[g] = memo[key]
     return out
+
+
+def main(argv=None) -> int:
+    """``python -m sw.cycles_v2 [--trace DIR]``: the model's cycles per group for typical masks and
+    on every group of a trace, in the three schedules and dense."""
+    import argparse
+
+    from sw.config import DEFAULT_ACCEL
+    from sw.decode_trace import load_decode_trace
+
+    ap = argparse.ArgumentParser(prog="python -m sw.cycles_v2", description=main.__doc__)
+    ap.add_argument("--trace", default="golden/fastcar", help="decode trace directory")
+    args = ap.parse_args(argv)
+    cfg = DEFAULT_ACCEL
+    lat = Latencies(cfg)
+    print("pipeline depths:", ", ".join(f"{k} {v}" for k, v in vars(lat).items()))
+    B = cfg.batch
+    print("| computed rows of the group | DRS | chunk round-robin | row-static |\n|---|---|---|---|")
+    for n in range(B + 1):
+        mask = [0] * n + [1] * (B - n)
+        cells = [group_cycles_v2(cfg, mask, s, lat=lat) for s in ("drs", "chunk_rr", "static")]
+        print(f"| {n} | " + " | ".join(f"{c:,}" for c in cells) + " |")
+    tr = load_decode_trace(args.trace)
+    mask = np.asarray(tr.replay)
+    runs = {s: int(trace_cycles_v2(cfg, mask, s).sum()) for s in ("drs", "chunk_rr", "static")}
+    dense = int(trace_cycles_v2(cfg, np.zeros_like(mask)).sum())
+    rows, computed = mask.size, int((mask == 0).sum())
+    macs_row = 3 * cfg.d_model * cfg.d_ff
+    print(f"{args.trace}: {mask.shape[0]} groups, replay ratio {1 - computed / rows:.3f}")
+    print(f"cycles: DRS {runs['drs']:,}, chunk round-robin {runs['chunk_rr']:,}, "
+          f"row-static {runs['static']:,}, dense {dense:,}")
+    print(f"speed-up {dense / runs['drs']:.3f} (ideal {rows / computed:.3f}, "
+          f"{dense / runs['drs'] / (rows / computed):.3f} of it); MAC utilisation "
+          f"{computed * macs_row / (cfg.mac_units * runs['drs']):.3f} FastCar, "
+          f"{rows * macs_row / (cfg.mac_units * dense):.3f} dense; row-static / DRS "
+          f"{runs['static'] / runs['drs']:.3f}, chunk round-robin / DRS {runs['chunk_rr'] / runs['drs']:.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

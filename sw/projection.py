@@ -401,7 +401,7 @@ def projected_accel(batch: int = VILA_U_7B["batch"]) -> AccelConfig:
     v = VILA_U_7B
     return AccelConfig(d_model=v["d_model"], d_ff=v["d_ff"], layers=v["layers"],
                        tokens_per_frame=v["tokens_per_frame"], batch=batch, rows=32, cols=32, cores=2,
-                       chunks=43, gate_lanes=16, tas_lanes=64)
+                       chunks=43, gate_lanes=16, tas_lanes=64, datapath=1)
 
 
 def mlp_weight_bytes(cfg: AccelConfig) -> int:

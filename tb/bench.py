@@ -14,7 +14,7 @@ with the mode, group and both counts if any group is more than 2 % off (:func:`m
 
 Writes ``report.json``:
 
-- ``accel``: the configuration that ran; ``macs``: its MAC units (``cfg.macs``); ``fmax_mhz`` and
+- ``accel``: the configuration that ran; ``macs``: its MAC units (``cfg.mac_units``); ``fmax_mhz`` and
   ``fmax_source``: the routed Fmax of ``build/synth/ulx3s_85f/report.json`` when that report names
   the same configuration (``fmax_source`` says which build it was), else ``null`` and the reason
   (:func:`synth_fmax`; the bench never synthesises);
@@ -160,7 +160,7 @@ def point(tau: float, trace: Path, rep: dict) -> dict:
             "cycles_static": static, "cycles_static_chunk": chunk, "speedup": dense / fast,
             "ideal": rows / max(computed, 1),
             "fraction_of_ideal": dense / fast / (rows / max(computed, 1)),
-            "mac_utilization": macs / (cfg.macs * fast), "drs_gain": static / fast,
+            "mac_utilization": macs / (cfg.mac_units * fast), "drs_gain": static / fast,
             "drs_gain_chunk": chunk / fast,
             "cycle_model_worst_error": worst,
             **{f"model_cycles_{MODE_KEYS[k]}": c["model_total"] for k, c in check.items()},
@@ -215,10 +215,11 @@ def losses(cfg, mask, fast: int, macs: int) -> dict:
 
     per_group = trace_cycles(cfg, mask)
     none_computed = mask.all(axis=1)
-    compute = macs / cfg.macs
+    compute = macs / cfg.mac_units
     replayed = int(per_group[none_computed].sum())
     chunks = int((1 - mask).sum()) * cfg.chunks
-    frag = (chunks % cfg.cores) * cfg.gate_tile.cycles(1) if cfg.chunks % cfg.cores else 0
+    chunk_time = sum(cfg.mv_blocks_per_chunk) if cfg.datapath == 2 else cfg.gate_tile.cycles(1)
+    frag = (chunks % cfg.cores) * chunk_time if cfg.chunks % cfg.cores else 0
     return {"compute": compute, "all_replayed_groups": replayed,
             "group_fill_drain": int(per_group[~none_computed].sum()) - compute - frag,
             "fragmentation": frag, "weight_loading": 0, "measured_total": fast,
@@ -231,7 +232,7 @@ def write(points, out: Path) -> None:
 
     fmax, fmax_source = synth_fmax(cfg)
     clock = (f"Fmax {fmax:.2f} MHz ({fmax_source})" if fmax is not None else f"Fmax not known: {fmax_source}")
-    lines = [f"{cfg.macs} MAC units ({cfg.cores} cores); {clock}.", "",
+    lines = [f"{cfg.mac_units} MAC units ({cfg.cores} cores); {clock}.", "",
              "Three schedules of the same FastCar rows: DRS (each chunk to the first free core), chunk "
              "round-robin (chunk j on core j mod cores) and row-static (row b on core b mod cores).", "",
              "| tau | replay ratio | dense cycles | FastCar+DRS | chunk-RR | row-static | speed-up | ideal "
@@ -262,7 +263,7 @@ def write(points, out: Path) -> None:
     import matplotlib.pyplot as plt
 
     with atomic_dir(out, force=True) as tmp:
-        report = {"accel": cfg.to_dict(), "macs": cfg.macs, "fmax_mhz": fmax, "fmax_source": fmax_source,
+        report = {"accel": cfg.to_dict(), "macs": cfg.mac_units, "fmax_mhz": fmax, "fmax_source": fmax_source,
                   "points": points}
         (tmp / "report.json").write_text(json.dumps(report, indent=1) + "\n")
         (tmp / "report.md").write_text(table)

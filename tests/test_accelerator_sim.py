@@ -3,6 +3,7 @@
 configuration runs the shipped trace in cocotb on Verilator (tb/accelerator), about a thousand
 times faster than amaranth.sim would."""
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -38,7 +39,7 @@ def test_every_group_of_a_small_trace(tmp_path):
     from tb.board.small_trace import SMALL_ACCEL, write_small_trace
 
     tr = load_decode_trace(write_small_trace(tmp_path / "trace"))
-    cfg = SMALL_ACCEL
+    cfg = dataclasses.replace(SMALL_ACCEL, datapath=1)     # the v1 datapath
     groups = list(range(len(tr.group_layer)))
     assert 0 < tr.replay.sum() < tr.replay.size, "the trace must both replay and compute"
     words = config_words(cfg, trace_layers(tr))
@@ -85,7 +86,7 @@ def small_case(seed=0):
     from tests.test_mlp_core_sim import random_layer
 
     cfg = AccelConfig(d_model=8, d_ff=16, layers=1, tokens_per_frame=2, batch=2, rows=2, cols=2,
-                      cores=2, chunks=2, gate_lanes=2, tas_lanes=4)
+                      cores=2, chunks=2, gate_lanes=2, tas_lanes=4, datapath=1)
     rng = np.random.default_rng(seed)
     layer = random_layer(rng, cfg.d_model, cfg.d_ff)
     G, B, d = 2, 2, cfg.d_model

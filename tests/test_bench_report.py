@@ -82,7 +82,7 @@ def test_report_files(tmp_path, monkeypatch):
     p = bench.point(-1.5, GOLDEN, fake_rep())
     bench.write([p], tmp_path / "out")
     rep = json.loads((tmp_path / "out" / "report.json").read_text())
-    assert rep["accel"] == DEFAULT_ACCEL.to_dict() and rep["macs"] == DEFAULT_ACCEL.macs
+    assert rep["accel"] == DEFAULT_ACCEL.to_dict() and rep["macs"] == DEFAULT_ACCEL.mac_units
     assert rep["fmax_mhz"] == 57.5 and "board top" in rep["fmax_source"]
     assert rep["points"][0]["cycles_static_chunk"] == p["cycles_static_chunk"]
     md = (tmp_path / "out" / "report.md").read_text()

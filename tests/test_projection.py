@@ -30,7 +30,7 @@ REPO = Path(__file__).resolve().parent.parent
 #: Small enough for amaranth.sim, large enough that a group is hundreds of cycles like the
 #: default's: one chunk is T = 16 * 16 / (2 * 2) = 64 cycles in a tile stage.
 SIM_CFG = AccelConfig(d_model=16, d_ff=64, layers=1, tokens_per_frame=4, batch=4, rows=2, cols=2,
-                      cores=2, chunks=4, gate_lanes=2, tas_lanes=4)
+                      cores=2, chunks=4, gate_lanes=2, tas_lanes=4, datapath=1)
 #: All 16 replay masks of four rows, in frames 1 to 4 (frame 0 computes every row: dense groups).
 MASKS = [tuple((m >> (3 - b)) & 1 for b in range(4)) for m in range(16)]
 

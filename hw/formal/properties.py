@@ -29,7 +29,7 @@ def _tiny_accel():
     # The smallest accelerator that still has two cores, two chunks per row, two rows per group
     # and the whole dataflow (TAS, cache, dispatcher, cores, arbiter, reducer, reorder buffer).
     return AccelConfig(d_model=2, d_ff=4, layers=1, tokens_per_frame=1, batch=2, rows=1, cols=1,
-                       cores=2, chunks=2, gate_lanes=1, tas_lanes=2, mv_in=1, mv_out=1)
+                       cores=2, chunks=2, gate_lanes=1, tas_lanes=2, mv_in=1, mv_out=1, datapath=1)
 
 
 TINY_ACCEL = _tiny_accel()

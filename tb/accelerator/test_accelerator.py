@@ -17,8 +17,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hw.top import make_accelerator
 from hw.axis_adapter import AxisAdapter
+from hw.top import make_accelerator
 from sw.config import DEFAULT_ACCEL, AccelConfig
 from sw.decode_trace import load_decode_trace
 from sw.perfmodel import trace_cycles

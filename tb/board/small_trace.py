@@ -22,7 +22,7 @@ __all__ = ["SMALL_ACCEL", "write_small_trace"]
 
 #: Two layers of d = 8, d_ff = 16 on 2x2 arrays, two cores, two rows per group, two positions.
 SMALL_ACCEL = AccelConfig(d_model=8, d_ff=16, layers=2, tokens_per_frame=2, batch=2, rows=2, cols=2,
-                          cores=2, chunks=2, gate_lanes=2, tas_lanes=4)
+                          cores=2, chunks=2, gate_lanes=2, tas_lanes=4, mv_in=2, mv_out=2)
 
 
 def _layer(rng, d, f):
