@@ -127,8 +127,8 @@ class MvCore(wiring.Component):
     """
 
     def __init__(self, cfg: AccelConfig, *, w_latency: int, tag_bits: int):
-        if not isinstance(w_latency, int) or w_latency < 2:
-            raise ValueError(f"MvCore w_latency must be an integer >= 2, not {w_latency!r}")
+        if not isinstance(w_latency, int) or w_latency < 3:
+            raise ValueError(f"MvCore w_latency must be an integer >= 3, not {w_latency!r}")
         L = pass_lengths(cfg)
         if L["d_ib"] * L["d_ob"] < ACC_WRITE_DISTANCE:
             raise ValueError(f"MvCore: a D pass must last at least {ACC_WRITE_DISTANCE} cycles (an "
@@ -266,16 +266,26 @@ class MvCore(wiring.Component):
 
         # --- operands: the activation block of this issue, delayed to meet the weights ----------
         hbuf = [Signal(data.ArrayLayout(signed(8), F), name=f"h_{s}", reset_less=True) for s in range(2)]
-        # In two registered stages: first, per group of 2**ACT_GROUP_BITS blocks of a source, the
-        # block of the low bits of ib and of the x register (or h buffer) in use; then the group.
-        # The weights come w_latency cycles after the issue, so this costs no cycle.
+        # In three registered stages: the selection (ib, which x register or h buffer) registered on
+        # its own, a copy per source, next to the multiplexers; per group of 2**ACT_GROUP_BITS blocks
+        # of a source, the block of the low bits of ib; then the group. The weights come w_latency
+        # cycles after the issue, so this costs no cycle. The registers are read one cycle after the
+        # issue: a job's x is written into the free x register from the cycle after its GU pass starts
+        # on the other one (visible one more cycle later), and an h buffer is rewritten only by the GU
+        # pass after next, long after the D pass that reads it.
         lo_bits = min(ACT_GROUP_BITS, ib_bits)
         act_block = data.ArrayLayout(signed(8), I)
         groups = []
-        for src, n_blocks, sel, regs in ((GU, L["gu_ib"], gu.xe, xregs), (DN, L["d_ib"], dcur.slot, hbuf)):
+        sel_gu = Signal(lo_bits + 1)
+        sel_d = Signal(lo_bits + 1)
+        group_next = Signal(range(-(-L["gu_ib"] // (1 << lo_bits)) + -(-L["d_ib"] // (1 << lo_bits))))
+        n_gu_groups = -(-L["gu_ib"] // (1 << lo_bits))
+        m.d.sync += [sel_gu.eq(Cat(ib[:lo_bits], gu.xe)), sel_d.eq(Cat(ib[:lo_bits], dcur.slot)),
+                     group_next.eq(Mux(kind == GU, ib[lo_bits:], n_gu_groups + ib[lo_bits:]))]
+        for src, n_blocks, sel, regs in ((GU, L["gu_ib"], sel_gu, xregs), (DN, L["d_ib"], sel_d, hbuf)):
             for g in range(-(-n_blocks // (1 << lo_bits))):
                 pre = Signal(act_block, name=f"act_pre_{'gu' if src == GU else 'd'}{g}", reset_less=True)
-                with m.Switch(Cat(ib[:lo_bits], sel)):
+                with m.Switch(sel):
                     for e in range(2):
                         for j in range(1 << lo_bits):
                             b = (g << lo_bits) + j
@@ -283,9 +293,8 @@ class MvCore(wiring.Component):
                                 with m.Case(j | (e << lo_bits)):
                                     m.d.sync += pre.eq(regs[e].as_value()[b * I * 8:(b + 1) * I * 8])
                 groups.append(pre)
-        n_gu_groups = -(-L["gu_ib"] // (1 << lo_bits))
-        group = Signal(range(len(groups)))
-        m.d.sync += group.eq(Mux(kind == GU, ib[lo_bits:], n_gu_groups + ib[lo_bits:]))
+        group = Signal.like(group_next)
+        m.d.sync += group.eq(group_next)
         act = Signal(act_block, reset_less=True)
         m.d.sync += act.eq(Array(groups)[group])
         # The pass descriptor rides along: at a run's last beat it says where the sums go.
@@ -300,8 +309,8 @@ class MvCore(wiring.Component):
                      desc.last.eq(Mux(kind == GU, ib == L["gu_ib"] - 1, ib == L["d_ib"] - 1)),
                      desc.layer.eq(cur.layer), desc.chunk.eq(cur.chunk), desc.slot.eq(cur.slot),
                      desc.tag.eq(cur.tag)]
-        # act is two cycles after the issue, desc one; the weights w_latency cycles after it.
-        for s in range(self._wl - 2):
+        # act is three cycles after the issue, desc one; the weights w_latency cycles after it.
+        for s in range(self._wl - 3):
             a2 = Signal.like(act, name=f"act_d{s}")
             m.d.sync += a2.eq(act)
             act = a2

@@ -6,7 +6,7 @@ from amaranth.lib.wiring import In, Out
 
 from hw.mult18 import WIDTH as DSP_WIDTH
 from hw.mult18 import Mult18
-from hw.requant import round_shift, saturate, shift_controls
+from hw.requant import round_shift, saturate
 from sw import quant
 
 __all__ = ["RequantLane", "lane_in_layout", "lane_out_layout"]
@@ -23,6 +23,24 @@ def lane_in_layout(acc_bits, tag_bits):
 
 def lane_out_layout(tag_bits):
     return data.StructLayout({"y": signed(8), "tag": max(1, tag_bits)})
+
+
+def registered_shift_controls(m, shift, width):
+    """:func:`hw.requant.shift_controls` of ``shift`` for ``width``, registered, with ``half`` and
+    ``below`` decoded bit by bit from ``shift`` (a few LUTs per bit) instead of a decoder and a
+    ``width``-bit subtraction (a carry chain after the clamp, which limited the lane to 125 MHz).
+    The same values: ``sh = min(shift, width - 1)``, ``half = 2**(sh-1)`` (0 when ``sh == 0``),
+    ``below = (half - 1) mod 2**width`` (all ones when ``sh == 0``)."""
+    top = width - 1
+    sh = Signal(range(width), name="shift_clamped")
+    half = Signal(width, name="shift_half")
+    below = Signal(width, name="shift_below")
+    over = shift > top
+    m.d.sync += sh.eq(Mux(over, top, shift))
+    for i in range(width):
+        m.d.sync += [half[i].eq(Mux(over, i + 1 == top, shift == i + 1)),
+                     below[i].eq(((shift > i + 1) & (i + 1 < top)) | (shift == 0))]
+    return sh, half, below
 
 
 class RequantLane(wiring.Component):
@@ -104,7 +122,7 @@ class RequantLane(wiring.Component):
         # Stage 3: the product; the shift's controls registered beside it.
         prod = Signal(signed(width), reset_less=True)
         m.d.sync += prod.eq(full)
-        controls = shift_controls(m, shift[1], width + 1, domain="sync")
+        controls = registered_shift_controls(m, shift[1], width + 1)
         # Stage 4: arithmetic shift and rounding increment.
         q, up = round_shift(m, prod, controls=controls)
         q4 = Signal.like(q, reset_less=True)

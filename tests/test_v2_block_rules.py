@@ -52,7 +52,7 @@ def test_row_out_has_no_block_ram_read_without_register():
 
 @pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")
 @pytest.mark.parametrize("cfg, kwargs, match", [
-    (V2, {"w_latency": 1, "tag_bits": 2}, "w_latency must be an integer >= 2, not 1"),
+    (V2, {"w_latency": 2, "tag_bits": 2}, "w_latency must be an integer >= 3, not 2"),
     (dataclasses.replace(SMALL, d_model=4, d_ff=16, chunks=4), {"w_latency": 4, "tag_bits": 2},
      r"a D pass must last at least 3 cycles \(.*\), not 1"),
 ])
