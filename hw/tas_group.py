@@ -112,7 +112,9 @@ class TasGroup(wiring.Component):
     frame_bits, chain_bits : int
         Widths of the frame number and of a chain counter (as :class:`hw.tas_unit.TasUnit`).
     adds_per_stage : int
-        Adder levels between two pipeline registers (1 or 2).
+        Adder levels between two pipeline registers: 1 (default; two levels per cycle reach only
+        119 MHz in ``python -m hw.timing tas_group``, their routing dominates) or 2 (latency 4
+        cycles shorter by default).
     primitive : bool or None
         ``True`` forces the ``CCU2C`` instances, ``False`` the ``+`` model; ``None`` (default) picks
         the instances exactly when the platform is an ECP5.
@@ -140,7 +142,7 @@ class TasGroup(wiring.Component):
     """
 
     def __init__(self, dim, layers, tokens_per_frame, batch, *, lanes=16, frame_bits=8, chain_bits=8,
-                 adds_per_stage=2, primitive=None):
+                 adds_per_stage=1, primitive=None):
         for name, v in (("dim", dim), ("layers", layers), ("tokens_per_frame", tokens_per_frame),
                         ("batch", batch), ("lanes", lanes), ("frame_bits", frame_bits),
                         ("chain_bits", chain_bits)):
