@@ -204,10 +204,16 @@ class MvCore(wiring.Component):
         ib = Signal(ib_bits)
         left = Signal(range(max(gu_blocks, d_blocks)))
         waddr = Signal(addr_w)
-        end = Signal()                          # a pass's last issue (left == 0), as a register
+        # Registers of the scheduler's conditions, kept equal to their definitions by the next-state
+        # assignments here and at the pass starts below: ``end`` = a pass's last issue (``left ==
+        # 0``), ``decide`` = ``kind == NONE | end``, ``push`` = ``end & kind == GU``.
+        end = Signal()
+        decide = Signal(init=1)
+        push = Signal()
         m.d.comb += self.w_addr.eq(waddr)
         with m.If(kind != NONE):
-            m.d.sync += [left.eq(left - 1), waddr.eq(waddr + 1), end.eq(left == 1)]
+            m.d.sync += [left.eq(left - 1), waddr.eq(waddr + 1), end.eq(left == 1), decide.eq(left == 1),
+                         push.eq((left == 1) & (kind == GU))]
             with m.If(kind == GU):
                 with m.If(ib == L["gu_ib"] - 1):
                     m.d.sync += [ib.eq(0), mat.eq(~mat)]
@@ -222,10 +228,7 @@ class MvCore(wiring.Component):
                     m.d.sync += ib.eq(ib + 1)
 
         # --- what runs next (decided in a pass's last cycle, or while idle) ---------------------
-        decide = Signal()
-        m.d.comb += decide.eq((kind == NONE) | end)
-        # A chunk joins the queue when its GU pass ends and leaves it when its D pass starts.
-        push = end & (kind == GU)
+        # A chunk joins the queue when its GU pass ends (push) and leaves it when its D pass starts.
         q_after = Signal(range(3))
         m.d.comb += q_after.eq(dq_n + push)
         new_q = [Signal(meta, name=f"new_q_{e}") for e in range(2)]
@@ -256,12 +259,13 @@ class MvCore(wiring.Component):
             m.d.sync += [gu.eq(nxt), gu.slot.eq(wslot), gu.dbase.eq(nxt.base + gu_blocks), wslot.eq(~wslot),
                          nxt_full.eq(0), hready.bit_select(wslot, 1).eq(0),
                          kind.eq(GU), ob.eq(0), mat.eq(0), ib.eq(0), left.eq(gu_blocks - 1),
-                         end.eq(gu_blocks == 1), waddr.eq(nxt.base)]
+                         end.eq(gu_blocks == 1), decide.eq(gu_blocks == 1), push.eq(gu_blocks == 1),
+                         waddr.eq(nxt.base)]
         with m.Elif(start_d):
             m.d.sync += [kind.eq(DN), ob.eq(0), ib.eq(0), left.eq(d_blocks - 1), end.eq(d_blocks == 1),
-                         waddr.eq(new_q[0].dbase)]
+                         decide.eq(d_blocks == 1), push.eq(0), waddr.eq(new_q[0].dbase)]
         with m.Elif(end):
-            m.d.sync += [kind.eq(NONE), end.eq(0)]
+            m.d.sync += [kind.eq(NONE), end.eq(0), decide.eq(1), push.eq(0)]
         m.d.comb += self.busy.eq((kind != NONE) | (dq_n != 0) | nxt_full)
 
         # --- operands: the activation block of this issue, delayed to meet the weights ----------

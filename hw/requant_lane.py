@@ -6,7 +6,7 @@ from amaranth.lib.wiring import In, Out
 
 from hw.mult18 import WIDTH as DSP_WIDTH
 from hw.mult18 import Mult18
-from hw.requant import round_shift, saturate
+from hw.requant import saturate
 from sw import quant
 
 __all__ = ["RequantLane", "lane_in_layout", "lane_out_layout"]
@@ -54,8 +54,9 @@ class RequantLane(wiring.Component):
     Stages: the operands in the DSP input registers (:class:`hw.mult18.Mult18`); the product(s)
     in the DSP output registers; for an ``acc`` wider than 18 bits, ``acc = hi * 2**17 + lo`` with
     ``lo`` unsigned, so ``acc * mult = (hi * mult << 17) + lo * mult`` from two DSPs, added in
-    the third stage; the arithmetic shift and the rounding increment; the increment added and
-    saturated. ``mult`` is unsigned 16-bit, a 17-bit signed operand.
+    the third stage; the arithmetic shift, with the round and sticky bits of what it shifts out;
+    the rounding increment added and the result saturated. ``mult`` is unsigned 16-bit, a 17-bit
+    signed operand.
 
     Parameters
     ----------
@@ -123,13 +124,21 @@ class RequantLane(wiring.Component):
         prod = Signal(signed(width), reset_less=True)
         m.d.sync += prod.eq(full)
         controls = registered_shift_controls(m, shift[1], width + 1)
-        # Stage 4: arithmetic shift and rounding increment.
-        q, up = round_shift(m, prod, controls=controls)
-        q4 = Signal.like(q, reset_less=True)
-        up4 = Signal(reset_less=True)
-        m.d.sync += [q4.eq(q), up4.eq(up)]
-        # Stage 5: increment and saturation.
+        # Stage 4: arithmetic shift, and beside it the round bit and the sticky bit of the bits
+        # shifted out (round_shift's increment is ``round & (sticky | q[0])``; q[0] is the last
+        # bit out of the shifter, so the increment is formed in stage 5, not after the shifter).
+        pe = Signal(signed(width + 1))
+        m.d.comb += pe.eq(prod)
+        sh, half, below = controls
+        q4 = Signal(signed(width + 1), reset_less=True)
+        round4 = Signal(reset_less=True)
+        sticky4 = Signal(reset_less=True)
+        m.d.sync += [q4.eq(pe >> sh), round4.eq((pe.as_unsigned() & half).any()),
+                     sticky4.eq((pe.as_unsigned() & below).any())]
+        # Stage 5: the increment and saturation.
+        up = Signal()
+        m.d.comb += up.eq(round4 & (sticky4 | q4[0]))
         y = Signal(signed(8), reset_less=True)
-        m.d.sync += y.eq(saturate(m, q4, up4))
+        m.d.sync += y.eq(saturate(m, q4, up))
         m.d.comb += [self.o.valid.eq(valid[-1]), self.o.p.y.eq(y), self.o.p.tag.eq(tag[-1])]
         return m
