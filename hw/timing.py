@@ -196,7 +196,6 @@ def _uart(cfg):
 
 #: Block name -> (what it is, factory from an :class:`sw.config.AccelConfig`). In data-flow order.
 BLOCKS = {
-    "weights": ("v2 weight store: one block per cycle on each of two ports, true dual-port DP16KD", _weights),
     "mv": ("v2 matrix-vector unit: mv_in x mv_out MULT18X18D, registered adder trees, accumulators", _mv),
     "mv_core": ("v2 MLP core: pass scheduler, x and h registers, MV unit, gate/up requantiser, SiLU, "
                 "gated product, row accumulators (weights from the harness)", _mv_core),

@@ -58,7 +58,7 @@ class Latencies:
         self.row_out = 1 + d_ob + 2 + self.requant
 
 
-def _tas_tree_stages(lanes: int, adds_per_stage: int = 2) -> int:
+def _tas_tree_stages(lanes: int, adds_per_stage: int = 1) -> int:
     """Registered adder stages of a TAS engine (:attr:`hw.tas_group.TasGroup.tree_stages`): the
     paired partial-product rows, the tree over their ``8 * ceil(lanes / 2)`` sums and the
     accumulator, ``adds_per_stage`` adder levels per register."""
