@@ -42,7 +42,7 @@ class Latencies:
     def __init__(self, cfg: AccelConfig, *, tas: int | None = None):
         steps = cfg.d_model // cfg.tas_lanes
         self.tas = tas if tas is not None else steps + _tas_tree_stages(cfg.tas_lanes) + 3
-        self.weights = 5
+        self.weights = 6
         self.mv = 3 + max(0, (cfg.mv_in - 1).bit_length()) + 1
         self.requant = 5
         self.mult = 2
@@ -250,7 +250,9 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m sw.cycles_v2", description=main.__doc__)
     ap.add_argument("--trace", default="golden/fastcar", help="decode trace directory")
     args = ap.parse_args(argv)
-    cfg = DEFAULT_ACCEL
+    import dataclasses
+
+    cfg = dataclasses.replace(DEFAULT_ACCEL, datapath=2)
     lat = Latencies(cfg)
     print("pipeline depths:", ", ".join(f"{k} {v}" for k, v in vars(lat).items()))
     B = cfg.batch
