@@ -133,7 +133,7 @@ MUTANTS = [
        "hw/reducer.py", "s1.final.eq(cnt == S - 1)", "s1.final.eq(cnt == S - 2)",
        "tests/test_reducer_sim.py"),
     _m("sum-bits-no-sign", "PE partial-sum width without the sign bit",
-       "hw/widths.py", "bit_length() + 1", "bit_length()",
+       "sw/quant.py", "bit_length() + 1", "bit_length()",
        f"{_F}[partial_sum_width]", "tests/formal/test_accumulators.py"),
     _m("accel-y-no-hold", "accelerator pops the reorder buffer without y.ready",
        "hw/accelerator.py", "rob.o.ready.eq(self.y.ready)", "rob.o.ready.eq(1)",

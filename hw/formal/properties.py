@@ -130,7 +130,7 @@ PROPERTIES = [
              lambda cls: PacketArbiterMerge(dut_class=cls), "prove", 4),
     # --- widths --------------------------------------------------------------------------------
     Property("partial_sum_width", "PE partial sum of 4 int8 products in sum_bits(4) bits never wraps",
-             "hw/widths.py", "sum_bits",
+             "sw/quant.py", "sum_bits",
              lambda fn: PartialSumWidth(4, fn(4)), "prove", 1),
 ]
 
