@@ -7,9 +7,10 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from hw.dispatcher import Dispatcher, row_job_layout
-from hw.mv_core import MvCore, gu_rq_load_layout
+from hw.mv_core import MvCore, gu_rq_load_layout, gu_table_depth, silu_table_address, silu_table_depth
 from hw.reducer import row_out_layout
 from hw.row_out import RowOut, rqd_load_layout
+from hw.shared_table import SharedTable
 from hw.swiglu_gate import h_params_layout, lut_load_layout
 from hw.weight_store import WeightStore
 from sw.config import AccelConfig
@@ -24,7 +25,9 @@ class MlpEngine(wiring.Component):
     :class:`hw.mv_core.MvCore` (DRS, chunk round-robin or row-static); the cores read one
     :class:`hw.weight_store.WeightStore` (core ``p`` on port ``p``), keep each row's int32
     accumulators, and report every finished D pass to the :class:`hw.row_out.RowOut`, which adds
-    the cores' parts of a complete row and requantises it.
+    the cores' parts of a complete row and requantises it. With two cores, the gate/up
+    requantisation table and the SiLU table are one :class:`hw.shared_table.SharedTable` each,
+    read by core 0 on port A and core 1 on port B (half the block RAM of a table per core).
 
     Parameters
     ----------
@@ -81,14 +84,28 @@ class MlpEngine(wiring.Component):
         wiring.connect(m, out.o, wiring.flipped(self.o))
         wiring.connect(m, wiring.flipped(self.rqd), out.rq)
         m.d.comb += [disp.static.eq(self.static), disp.chunk_rr.eq(self.chunk_rr)]
+        shared = P == 2
+        if shared:
+            m.submodules.rq_table = rq_table = SharedTable(h_params_layout().size, gu_table_depth(cfg))
+            m.submodules.silu_table = silu_table = SharedTable(8, silu_table_depth(cfg))
+            m.d.comb += [
+                rq_table.w.valid.eq(self.rq.valid), rq_table.w.p.addr.eq(self.rq.p.addr),
+                rq_table.w.p.data.eq(self.rq.p.p),
+                silu_table.w.valid.eq(self.lut.valid), silu_table.w.p.addr.eq(silu_table_address(self.lut.p)),
+                silu_table.w.p.data.eq(self.lut.p.value),
+            ]
         for p in range(P):
-            core = MvCore(cfg, w_latency=store.latency, tag_bits=tb)
+            core = MvCore(cfg, w_latency=store.latency, tag_bits=tb, shared_tables=shared)
             m.submodules[f"core_{p}"] = core
             wiring.connect(m, disp.o[p], core.i)
+            if shared:
+                m.d.comb += [rq_table.r_addr[p].eq(core.rq_ra), core.rq_rd.eq(rq_table.r_data[p]),
+                             silu_table.r_addr[p].eq(core.lu_ra), core.lu_rd.eq(silu_table.r_data[p])]
+            else:
+                m.d.comb += [core.rq.valid.eq(self.rq.valid), core.rq.p.eq(self.rq.p),
+                             core.lut.valid.eq(self.lut.valid), core.lut.p.eq(self.lut.p)]
             m.d.comb += [
                 store.r_addr[p].eq(core.w_addr), core.w_data.eq(store.r_data[p]),
-                core.rq.valid.eq(self.rq.valid), core.rq.p.eq(self.rq.p),
-                core.lut.valid.eq(self.lut.valid), core.lut.p.eq(self.lut.p),
                 core.h.eq(self.h), core.group_start.eq(self.group_start),
                 core.acc_addr.eq(out.acc_addr), out.acc_data[p].eq(core.acc_data),
                 out.acc_touched[p].eq(core.acc_touched),

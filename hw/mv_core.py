@@ -16,7 +16,8 @@ from hw.widths import index_bits, mul_const
 from sw import quant
 from sw.config import AccelConfig
 
-__all__ = ["MvCore", "gu_rq_load_layout", "done_layout", "mv_acc_bits"]
+__all__ = ["MvCore", "done_layout", "gu_rq_load_layout", "gu_table_depth", "mv_acc_bits",
+           "silu_table_address", "silu_table_depth"]
 
 NONE, GU, DN = 0, 1, 2
 #: Cycles from a D block's accumulator read to its write being visible to the next read of the
@@ -35,6 +36,23 @@ def gu_rq_load_layout(cfg: AccelConfig):
 def done_layout(cfg: AccelConfig, tag_bits: int):
     """A finished D pass: the row (``tag``) and layer whose accumulator it completed."""
     return data.StructLayout({"tag": tag_bits, "layer": index_bits(cfg.layers)})
+
+
+def gu_table_depth(cfg: AccelConfig) -> int:
+    """Entries of the gate/up requantisation table: a ``(mult, shift)`` per matrix, layer and
+    hidden channel."""
+    return 2 * cfg.layers * cfg.d_ff
+
+
+def silu_table_depth(cfg: AccelConfig) -> int:
+    """Entries of the SiLU table: 256 codes per layer."""
+    return cfg.layers * 256
+
+
+def silu_table_address(p):
+    """The SiLU table's address of a :func:`hw.swiglu_gate.lut_load_layout` write: its ``addr``
+    (the code + 128) below its ``layer``."""
+    return Cat(p.addr, p.layer)
 
 
 def bram_table(m, name, width, depth):
@@ -99,6 +117,12 @@ class MvCore(wiring.Component):
         Cycles from ``w_addr`` to ``w_data`` (the weight store's read latency, at least 1).
     tag_bits : int
         Width of a job's ``tag`` (the row within the group).
+    shared_tables : bool
+        ``False`` (default): the core holds its gate/up requantisation table and SiLU table and
+        takes their writes on ``rq`` and ``lut``. ``True``: the tables live outside (one
+        :class:`hw.shared_table.SharedTable` each for two cores) and the core has read ports
+        instead of ``rq`` and ``lut``: ``rq_ra`` / ``rq_rd`` and ``lu_ra`` / ``lu_rd``, read
+        latency 2 as for its own tables.
 
     Members
     -------
@@ -126,7 +150,9 @@ class MvCore(wiring.Component):
         A job is held, a pass is running or a chunk waits for its D pass.
     """
 
-    def __init__(self, cfg: AccelConfig, *, w_latency: int, tag_bits: int):
+    def __init__(self, cfg: AccelConfig, *, w_latency: int, tag_bits: int, shared_tables: bool = False):
+        if shared_tables not in (False, True):
+            raise TypeError(f"MvCore shared_tables must be a bool, not {shared_tables!r}")
         if not isinstance(w_latency, int) or w_latency < 3:
             raise ValueError(f"MvCore w_latency must be an integer >= 3, not {w_latency!r}")
         L = pass_lengths(cfg)
@@ -138,14 +164,19 @@ class MvCore(wiring.Component):
             raise ValueError(f"MvCore: a GU run of {L['gu_ib']} cycles is shorter than the {cfg.mv_out} "
                              f"outputs its one requantiser lane must serialise (d_model / mv_in < mv_out)")
         self._cfg, self._wl, self._tag_bits = cfg, w_latency, tag_bits
-        self._L = L
+        self._L, self._shared = L, shared_tables
         W = cfg.mv_in * cfg.mv_out
+        if shared_tables:
+            tables = {"rq_ra": Out(index_bits(gu_table_depth(cfg))), "rq_rd": In(h_params_layout().size),
+                      "lu_ra": Out(index_bits(silu_table_depth(cfg))), "lu_rd": In(8)}
+        else:
+            tables = {"rq": In(stream.Signature(gu_rq_load_layout(cfg), always_ready=True)),
+                      "lut": In(stream.Signature(lut_load_layout(cfg.layers), always_ready=True))}
         super().__init__({
             "i": In(stream.Signature(job_layout(cfg.d_model, cfg.layers, cfg.chunks, tag_bits))),
             "w_addr": Out(range(cfg.mv_weight_blocks)),
             "w_data": In(data.ArrayLayout(signed(8), W)),
-            "rq": In(stream.Signature(gu_rq_load_layout(cfg), always_ready=True)),
-            "lut": In(stream.Signature(lut_load_layout(cfg.layers), always_ready=True)),
+            **tables,
             "h": In(data.ArrayLayout(h_params_layout(), cfg.layers)),
             "group_start": In(1),
             "done": Out(stream.Signature(done_layout(cfg, tag_bits), always_ready=True)),
@@ -343,9 +374,12 @@ class MvCore(wiring.Component):
         # --- GU sums -> one requantiser lane -> SiLU or the gated product -> h -----------------
         # The table in block RAM with its output register: the first entry of a block is addressed
         # in the cycle the sums arrive, the others from ser_addr, so each reaches the lane with its sum.
-        rq_we, rq_wa, rq_wd, rq_ra, rq_rd = bram_table(m, "rq_table", h_params_layout().size,
-                                                       2 * cfg.layers * cfg.d_ff)
-        m.d.comb += [rq_we.eq(self.rq.valid), rq_wa.eq(self.rq.p.addr), rq_wd.eq(self.rq.p.p)]
+        if self._shared:
+            rq_ra, rq_rd = self.rq_ra, self.rq_rd
+        else:
+            rq_we, rq_wa, rq_wd, rq_ra, rq_rd = bram_table(m, "rq_table", h_params_layout().size,
+                                                           gu_table_depth(cfg))
+            m.d.comb += [rq_we.eq(self.rq.valid), rq_wa.eq(self.rq.p.addr), rq_wd.eq(self.rq.p.p)]
         rq_p = Signal(h_params_layout())
         m.d.comb += rq_p.eq(rq_rd)
         ser = Signal(data.ArrayLayout(signed(mv.acc_bits), O), reset_less=True)
@@ -377,10 +411,13 @@ class MvCore(wiring.Component):
 
         # SiLU of gate codes: the layer's table (block RAM, read latency 2), stored per channel of
         # the block. The up code of the channel comes a run (d_model / mv_in cycles) later.
-        lu_we, lu_wa, lu_wd, lu_ra, lu_rd = bram_table(m, "silu", 8, cfg.layers * 256)
-        m.d.comb += [lu_we.eq(self.lut.valid), lu_wa.eq(Cat(self.lut.p.addr, self.lut.p.layer)),
-                     lu_wd.eq(self.lut.p.value),
-                     lu_ra.eq(Cat(code[:7], ~code[7], ctag.layer))]     # code + 128
+        if self._shared:
+            lu_ra, lu_rd = self.lu_ra, self.lu_rd
+        else:
+            lu_we, lu_wa, lu_wd, lu_ra, lu_rd = bram_table(m, "silu", 8, silu_table_depth(cfg))
+            m.d.comb += [lu_we.eq(self.lut.valid), lu_wa.eq(silu_table_address(self.lut.p)),
+                         lu_wd.eq(self.lut.p.value)]
+        m.d.comb += lu_ra.eq(Cat(code[:7], ~code[7], ctag.layer))     # code + 128
         g_v = Signal(2)
         g_n = [Signal.like(ctag.n, name=f"g_n_{s}") for s in range(2)]
         m.d.sync += [g_v.eq(Cat(rq_gu.o.valid & ~ctag.mat, g_v[0])), g_n[0].eq(ctag.n), g_n[1].eq(g_n[0])]
