@@ -5,11 +5,12 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from hw.mult18 import WIDTH as DSP_WIDTH
-from hw.mult18 import Mult18
+from hw.mult18 import Mult18, is_ecp5
 from hw.requant import saturate
 from sw import quant
 
-__all__ = ["RequantLane", "lane_in_layout", "lane_out_layout"]
+__all__ = ["RequantLane", "lane_in_layout", "lane_out_layout", "registered_shift_controls", "shift_right",
+           "MUX2_INIT"]
 
 #: Low part of a split operand: 17 bits, unsigned, so that it is a non-negative 18-bit signed
 #: operand of the DSP.
@@ -23,6 +24,49 @@ def lane_in_layout(acc_bits, tag_bits):
 
 def lane_out_layout(tag_bits):
     return data.StructLayout({"y": signed(8), "tag": max(1, tag_bits)})
+
+
+#: ``INIT`` of a LUT4 that is a 2:1 multiplexer: ``Z = C ? B : A`` (``D`` unused); bit
+#: ``8 D + 4 C + 2 B + A`` of ``INIT`` is the output, as in Yosys's ECP5 ``LUT4`` model.
+MUX2_INIT = sum(1 << i for i in range(16) if ((i >> 1) & 1 if (i >> 2) & 1 else i & 1))
+
+
+def _mux4_primitive(m, name, d, s0, s1):
+    """``d[s1 s0]`` as one ECP5 slice: two LUT4 2:1 multiplexers and the PFUMX between them
+    (``Z = C0 ? ALUT : BLUT``)."""
+    lo, hi, z = Signal(name=f"{name}_lo"), Signal(name=f"{name}_hi"), Signal(name=f"{name}_z")
+    for out, (a, b) in ((lo, (d[0], d[1])), (hi, (d[2], d[3]))):
+        m.submodules[f"{name}_{'lo' if out is lo else 'hi'}"] = Instance(
+            "LUT4", p_INIT=Const(MUX2_INIT, 16), i_A=a, i_B=b, i_C=s0, i_D=Const(0), o_Z=out)
+    m.submodules[f"{name}_mux"] = Instance("PFUMX", i_ALUT=hi, i_BLUT=lo, i_C0=s1, o_Z=z)
+    return z
+
+
+def shift_right(m, x, sh, *, primitive=False, name="shr"):
+    """``x >> sh`` (arithmetic) as a logarithmic shifter of 4:1 multiplexers, two bits of ``sh``
+    per level (``ceil(len(sh) / 2)`` levels). With ``primitive`` each 4:1 multiplexer is an
+    explicit ECP5 slice (:func:`_mux4_primitive`), so that ABC cannot fold the levels into deeper
+    LUT4 / PFUMX / L6MUX21 trees (five LUT levels for a 6-bit shift, 145 MHz); otherwise the same
+    structure from :class:`Array` selections (simulation)."""
+    x = Value.cast(x)
+    sign = x[-1]
+    cur = [x[i] for i in range(len(x))]
+    for level, lo in enumerate(range(0, len(sh), 2)):
+        bits = sh[lo:lo + 2]
+        step = 1 << lo
+        nxt = []
+        for i in range(len(cur)):
+            d = [cur[i + k * step] if i + k * step < len(cur) else sign for k in range(1 << len(bits))]
+            if primitive and len(bits) == 2:
+                nxt.append(_mux4_primitive(m, f"{name}_l{level}_{i}", d, bits[0], bits[1]))
+            else:
+                z = Signal(name=f"{name}_l{level}_{i}")
+                m.d.comb += z.eq(Array(d)[bits])
+                nxt.append(z)
+        cur = nxt
+    out = Signal(signed(len(x)), name=f"{name}_out")
+    m.d.comb += out.eq(Cat(*cur))
+    return out
 
 
 def registered_shift_controls(m, shift, width):
@@ -133,7 +177,8 @@ class RequantLane(wiring.Component):
         q4 = Signal(signed(width + 1), reset_less=True)
         round4 = Signal(reset_less=True)
         sticky4 = Signal(reset_less=True)
-        m.d.sync += [q4.eq(pe >> sh), round4.eq((pe.as_unsigned() & half).any()),
+        m.d.sync += [q4.eq(shift_right(m, pe, sh, primitive=is_ecp5(platform))),
+                     round4.eq((pe.as_unsigned() & half).any()),
                      sticky4.eq((pe.as_unsigned() & below).any())]
         # Stage 5: the increment and saturation.
         up = Signal()

@@ -8,6 +8,8 @@ __all__ = ["SynthHarness"]
 _LFSR_WIDTH = 32
 _LFSR_TAPS = (31, 21, 1, 0)   # x^32 + x^22 + x^2 + x + 1, maximal length
 _ACC_WIDTH = 32
+#: Bits XOR-ed into one flop per level of the registered fold of a wide output (one LUT4 each).
+_TREE_ARITY = 4
 
 
 def _fold(value, width):
@@ -18,6 +20,23 @@ def _fold(value, width):
     for chunk in chunks:
         result = result ^ chunk
     return result
+
+
+def _fold_tree(m, value, width, name):
+    """``value`` (already a register) reduced to at most ``width`` bits by levels of registers, each
+    bit the XOR of ``_TREE_ARITY`` *adjacent* bits of the level before; returns ``(bits, levels)``.
+
+    Every input bit still reaches the result (XOR keeps each one observable), through one LUT4 and
+    one flop per level; adjacent bits of a port usually come from neighbouring cells, so each level
+    is short, where one flat fold of a wide port gathers bits from all over the die into each
+    accumulator bit."""
+    levels = 0
+    while len(value) > width:
+        groups = [value[i:i + _TREE_ARITY] for i in range(0, len(value), _TREE_ARITY)]
+        nxt = Signal(len(groups), name=f"{name}_fold{levels}", reset_less=True)
+        m.d.sync += nxt.eq(Cat(g.xor() for g in groups))
+        value, levels = nxt, levels + 1
+    return value, levels
 
 
 def _resolve(obj, path):
@@ -46,7 +65,11 @@ class SynthHarness(Elaboratable):
     * every port the DUT drives is XOR-folded into a 32-bit accumulator
       register; ``Out`` stream payloads are folded in only on a transfer
       (``valid & ready``). The accumulator is folded once more into a register
-      that drives ``leds``, so every output bit is observable at a pin.
+      that drives ``leds``, so every output bit is observable at a pin. With
+      ``register_outputs``, a port wider than the accumulator is first reduced
+      by a registered tree (each flop the XOR of 4 adjacent bits of the level
+      before, the transfer condition delayed alongside), so that no fold path
+      gathers bits from across the die in one cycle.
 
     The harness itself costs at most :attr:`register_bits` flops and the fold
     trees. It is generic over ``dut.signature`` (nested signatures, port arrays,
@@ -63,15 +86,18 @@ class SynthHarness(Elaboratable):
     register_outputs : bool
         Capture every DUT output bit (and each stream's transfer condition) in a flop of its
         own before the fold, so that no path ends in the harness's XOR tree: the timing flow
-        (``python -m hw.timing``) then measures the DUT's register-to-register paths only.
+        (``python -m hw.timing``) then measures the DUT's register-to-register paths only. Ports
+        wider than 32 bits are then folded by a registered tree of 4-input XORs (one LUT level
+        per register) before the accumulator; narrower ports go straight into it as before.
 
     Attributes
     ----------
     stimulus_width : int
         Number of DUT input bits driven by the harness.
     register_bits : int
-        Upper bound on the harness's own flops (stimulus chain, accumulator and
-        LED register); yosys drops accumulator bits that nothing feeds.
+        Upper bound on the harness's own flops (stimulus chain, accumulator, LED
+        register and, with ``register_outputs``, the output registers and fold
+        trees); yosys drops accumulator bits that nothing feeds.
     """
 
     def __init__(self, dut, leds, *, register_outputs=False):
@@ -83,8 +109,14 @@ class SynthHarness(Elaboratable):
         self.register_bits = (max(_LFSR_WIDTH, self.stimulus_width) + _ACC_WIDTH
                               + len(self.leds))
         if register_outputs:
-            self.register_bits += sum(len(Value.cast(value)) + 1 for _, flow, value in self._ports()
-                                      if flow != In)
+            for _, flow, value in self._ports():
+                if flow == In:
+                    continue
+                bits = len(Value.cast(value))
+                self.register_bits += bits + 1
+                while bits > _ACC_WIDTH:            # the fold tree and the delayed transfer flag
+                    bits = -(-bits // _TREE_ARITY)
+                    self.register_bits += bits + 1
 
     def _ports(self):
         for path, member, value in self.dut.signature.flatten(self.dut):
@@ -115,13 +147,15 @@ class SynthHarness(Elaboratable):
                                                               stream.Signature)
             fire = parent.valid & parent.ready if is_payload else None
             if self.register_outputs:
-                value_q = Signal(len(value), reset_less=True)
+                name = "_".join(str(item) for item in path)
+                value_q = Signal(len(value), name=f"{name}_q", reset_less=True)
                 m.d.sync += value_q.eq(value)
-                value = value_q
+                value, levels = _fold_tree(m, value_q, _ACC_WIDTH, name)
                 if is_payload:
-                    fire_q = Signal()
-                    m.d.sync += fire_q.eq(fire)
-                    fire = fire_q
+                    for level in range(levels + 1):     # the transfer flag, delayed alongside
+                        fire_q = Signal(name=f"{name}_fire{level}")
+                        m.d.sync += fire_q.eq(fire)
+                        fire = fire_q
             term = _fold(value, _ACC_WIDTH)
             if is_payload:
                 term = Mux(fire, term, 0)

@@ -278,15 +278,21 @@ class TasGroup(wiring.Component):
         ph0_4 = Signal()
         m.d.sync += ph0_4.eq(phase == 0)
 
-        # Threshold clamped to the TAS range (no comparison changes), negated.
+        # Threshold clamped to the TAS range (no comparison changes), negated: the comparisons
+        # with the bounds (stage 2), the negation (3), the clamp (4).
         lo, hi = -(1 << (sb - 1)), 1 << (sb - 1)
-        thr_c = Signal(signed(sb + 1), reset_less=True)
         thr = row_in.threshold
-        m.d.sync += thr_c.eq(Mux(thr < lo, lo, Mux(thr > hi, hi, thr)))
+        below, above = Signal(reset_less=True), Signal(reset_less=True)
+        thr_t = Signal(signed(sb + 1), reset_less=True)
+        m.d.sync += [below.eq(thr < lo), above.eq(thr > hi), thr_t.eq(thr)]
+        neg_t = Signal(signed(sb + 2), reset_less=True)
+        below3, above3 = Signal(reset_less=True), Signal(reset_less=True)
+        m.d.sync += [neg_t.eq(-thr_t), below3.eq(below), above3.eq(above)]
         neg_thr = Signal(signed(sb + 2), reset_less=True)
-        m.d.sync += neg_thr.eq(-thr_c)                                           # stage 3
-        acc_stage = 2 + self._tree_stages                                        # >= 3
-        neg_thr_acc = delay(neg_thr, 3, acc_stage, "neg_thr")
+        m.d.sync += neg_thr.eq(Mux(below3, -lo, Mux(above3, -hi, neg_t)))        # stage 4
+        acc_stage = 2 + self._tree_stages
+        assert acc_stage >= 4
+        neg_thr_acc = delay(neg_thr, 4, acc_stage, "neg_thr")
 
         addr2 = Signal(range(depth), reset_less=True)
         m.d.sync += addr2.eq(mul_const(row_in.layer, self._n) + row_in.index)
