@@ -164,7 +164,7 @@ class AccelConfig:
     tas_lanes: int = 16
     mv_in: int = 8
     mv_out: int = 8
-    datapath: int = 1
+    datapath: int = 2
 
     def __post_init__(self):
         for f in dataclasses.fields(self):

@@ -2,8 +2,9 @@
 
 Usage::
 
-    python -m sw.projection [--bench build/bench/report.json] [--synth build/synth/ulx3s_85f/report.json]
-                            [--assume-mhz MHZ] [--trace golden/fastcar] [--fpga-mhz 300]
+    python -m sw.projection [--bench build/bench/report.json | --no-bench] [--bench-trace DIR ...]
+                            [--synth build/synth/ulx3s_85f/report.json] [--assume-mhz MHZ]
+                            [--trace golden/fastcar] [--fpga-mhz 300] [--projected-datapath {1,2}]
                             [--out build/projection] [--force]
 
 Three parts, each labelled in the output by where its numbers come from:
@@ -13,11 +14,14 @@ Three parts, each labelled in the output by where its numbers come from:
    shipped trace, turned into milliseconds per frame and per 8-frame video and into GOPS, at the
    clock the bitstream runs at (``pll_mhz`` of the synthesis report when timing is met; a report
    that misses timing gives its ``fmax_mhz``, labelled as a clock no bitstream runs at) or at a
-   clock given with ``--assume-mhz``, which is then reported as assumed.
+   clock given with ``--assume-mhz``, which is then reported as assumed. Every figure follows the
+   datapath of the configuration (``AccelConfig.datapath``; MAC units are ``cfg.mac_units``).
 2. **Projection** of the same architecture to VILA-U-7B (32 layers, d 4096, d_ff 11008, 256
    tokens per frame, 8 frames, CFG batch 2) on an AMD Alveo U280, with the MLP weights streamed
-   from HBM. The compute time of a group is the RTL-checked schedule of :mod:`sw.perfmodel` at the
-   larger geometry; the weight time is bytes over bandwidth; a group takes the larger of the two.
+   from HBM. The architecture is the v2 datapath (:func:`projected_accel`; ``--projected-datapath 1``
+   gives the earlier v1 projection). The compute time of a group is the RTL-checked schedule of
+   :mod:`sw.perfmodel` (v1) or :mod:`sw.cycles_v2` (v2) at the larger geometry; the weight time is
+   bytes over bandwidth; a group takes the larger of the two.
    Replay removes weight traffic only from groups in which every row replays, so the fraction of
    such groups is measured on the decode traces for B = 1, 2 and 4 rows and, for larger B,
    modelled with rows that replay independently (labelled as such).
@@ -54,8 +58,9 @@ DEFAULT_OUT = REPO / "build" / "projection"
 __all__ = [
     "ProjectionError", "Clock", "clock_from_synth", "assumed_clock", "real_units", "bench_point_units",
     "trace_units", "load_bench", "cfg_pairs", "row_subsets", "all_replay_fraction",
-    "independent_all_replay", "Fpga", "ALVEO_U280", "VILA_U_7B", "projected_accel", "mlp_weight_bytes",
-    "group_time", "masks_time", "binomial_masks", "HOROWITZ_45NM_PJ", "group_energy_pj", "main",
+    "independent_all_replay", "Fpga", "ALVEO_U280", "VILA_U_7B", "PROJECTED_MV", "projected_accel",
+    "geometry", "compute_cycles", "accel_summary", "mlp_weight_bytes", "group_time", "masks_time",
+    "binomial_masks", "HOROWITZ_45NM_PJ", "group_energy_pj", "main",
 ]
 
 
@@ -167,7 +172,8 @@ def real_units(cfg: AccelConfig, cycles: float, clock: Clock, *, frames: int, co
     Parameters
     ----------
     cfg : AccelConfig
-        The accelerator; ``cfg.macs`` is the number of MAC units (3 tiles x rows x cols per core).
+        The accelerator; ``cfg.mac_units`` is the number of MAC units of its datapath (v1: 3 tiles
+        x rows x cols per core; v2: one ``mv_in x mv_out`` unit per core).
     cycles : float
         Cycles of the whole batch (all frames, all layers).
     clock : Clock
@@ -189,7 +195,7 @@ def real_units(cfg: AccelConfig, cycles: float, clock: Clock, *, frames: int, co
         achieved GOPS (2 operations per MAC), dense-equivalent GOPS and MAC utilisation.
     """
     seconds = cycles / (clock.mhz * 1e6)
-    peak = 2 * cfg.macs * clock.mhz * 1e6 / 1e9
+    peak = 2 * cfg.mac_units * clock.mhz * 1e6 / 1e9
     achieved = 2 * mlp_macs(cfg, computed_rows) / seconds / 1e9
     return {"cycles": float(cycles), "clock_mhz": clock.mhz, "ms_per_frame": seconds / frames * 1e3,
             "ms_per_video": seconds * 1e3, "ms_per_video_amortised": seconds / videos * 1e3,
@@ -269,7 +275,8 @@ def bench_point_units(cfg: AccelConfig, point: dict, clock: Clock, *, frames: in
 
 
 def trace_units(cfg: AccelConfig, replay: np.ndarray, clock: Clock, *, frames: int, frame=None) -> dict:
-    """Real units of a whole trace from the cycle model (``sw.perfmodel``, within 2 % of the RTL).
+    """Real units of a whole trace from the cycle model (``sw.perfmodel``: for v1 within 2 % of the
+    RTL, for v2 :mod:`sw.cycles_v2`, equal to the RTL on every group).
 
     With ``frame`` (the frame of every group) also ``ms_by_frame``: the latency of each frame.
     """
@@ -391,17 +398,56 @@ ALVEO_U280 = Fpga(name="AMD Alveo U280", part="XCU280", dsp=9024, hbm_gb_s=460.0
                          "UG1393: 32 x 14.375 GB/s HBM pseudo channels")
 
 
-def projected_accel(batch: int = VILA_U_7B["batch"]) -> AccelConfig:
-    """The shipped architecture scaled to VILA-U-7B: 32x32 arrays, 2 cores, 43 chunks of 256.
+#: ``mv_in x mv_out`` of each core of the projected v2 accelerator (:func:`projected_accel`).
+PROJECTED_MV = (64, 64)
 
-    ``2 cores x 3 tiles x 32 x 32 = 6,144`` MAC units, 68 % of the U280's DSP slices (the rest is
-    left for the requantisers, the gating stage and the TAS unit, which took 52 of 148 DSPs on the
-    ECP5). ``layers`` only sizes the replay cache here: the weights are streamed.
+
+def projected_accel(batch: int = VILA_U_7B["batch"], datapath: int = 2) -> AccelConfig:
+    """The shipped architecture scaled to VILA-U-7B: 2 cores, 43 chunks of 256 hidden channels.
+
+    ``datapath=2`` (the default, as the shipped accelerator): each core one weight-resident
+    :data:`PROJECTED_MV` = 64 x 64 matrix-vector unit, ``2 x 64 x 64 = 8,192`` MAC units, 91 % of
+    the U280's 9,024 DSP slices. ``d_model = 4096 = 2**12`` allows only powers of two for
+    ``mv_in`` and ``mv_out``, so two cores have 4,096 (45 %) or 8,192 (91 %) MAC units, nothing in
+    between; v1 kept 32 % of the DSPs for its requantisers, gating stage and TAS unit (52 of 148
+    DSPs on the ECP5), but v2's TAS has no DSP, and its other DSPs at this size are about 136
+    (``mv_out`` output requantisers of two DSPs each, four per core for gate/up, SwiGLU product and
+    ``h``): 8,328 in all, 92 % (the shipped v2 uses 138 of the ECP5's 156, 88 %). The constraints
+    hold: ``d_model`` and the chunk width 256 are multiples of 64, a GU run (``d_model / mv_in = 64``
+    cycles) is no shorter than the ``mv_out = 64`` outputs its requantiser serialises, a D pass is
+    ``(256 / 64) (4096 / 64) = 256 >= 3`` cycles. ``rows`` and ``cols`` are v1 fields, unused by v2.
+
+    ``datapath=1``: the earlier projection, ``2 cores x 3 tiles x 32 x 32 = 6,144`` MAC units (68 %).
+
+    ``layers`` only sizes the replay cache here: the weights are streamed.
     """
     v = VILA_U_7B
+    mv_in, mv_out = PROJECTED_MV
     return AccelConfig(d_model=v["d_model"], d_ff=v["d_ff"], layers=v["layers"],
                        tokens_per_frame=v["tokens_per_frame"], batch=batch, rows=32, cols=32, cores=2,
-                       chunks=43, gate_lanes=16, tas_lanes=64, datapath=1)
+                       chunks=43, gate_lanes=16, tas_lanes=64, mv_in=mv_in, mv_out=mv_out, datapath=datapath)
+
+
+def geometry(cfg: AccelConfig) -> str:
+    """The MAC units of ``cfg``'s datapath, as a product (for the report's text)."""
+    if cfg.datapath == 2:
+        return f"{cfg.cores} cores x one {cfg.mv_in} x {cfg.mv_out} matrix-vector unit"
+    return f"{cfg.cores} cores x 3 tiles x {cfg.rows} x {cfg.cols}"
+
+
+def compute_cycles(cfg: AccelConfig, mask) -> int:
+    """Cycles of one DRS group from the configuration's cycle model (:func:`sw.perfmodel.group_cycles`).
+
+    For v2 :func:`sw.cycles_v2.group_cycles_v2` is called directly, with its step limit raised
+    above the default 2**20 cycles (a dense 7B group of B = 32 rows on 4,096 MAC units would need
+    more than that): four times the MAC-bound cycles of the group plus 2**16.
+    """
+    if cfg.datapath == 2:
+        from sw.cycles_v2 import group_cycles_v2
+
+        ideal = mlp_macs(cfg, list(mask).count(0)) // cfg.mac_units
+        return group_cycles_v2(cfg, mask, "drs", limit=max(1 << 20, 4 * ideal + (1 << 16)))
+    return group_cycles(cfg, mask)
 
 
 def mlp_weight_bytes(cfg: AccelConfig) -> int:
@@ -416,7 +462,7 @@ def bytes_per_cycle(fpga: Fpga, clock_mhz: float) -> float:
 
 @lru_cache(maxsize=4096)
 def _group_time(cfg: AccelConfig, fpga: Fpga, clock_mhz: float, mask: tuple[int, ...]) -> tuple:
-    compute = group_cycles(cfg, mask)
+    compute = compute_cycles(cfg, mask)
     computed = mask.count(0)
     traffic = (mlp_weight_bytes(cfg) if computed else 0) + len(mask) * cfg.d_model   # + replay cache
     weights = traffic / bytes_per_cycle(fpga, clock_mhz)
@@ -446,6 +492,16 @@ def group_time(cfg: AccelConfig, fpga: Fpga, clock_mhz: float, mask) -> dict:
         ``3 d d_ff`` weight bytes whenever at least one row computes, plus ``d`` bytes of replay
         cache per row), ``cycles = max(compute, weights) + min(compute, weights) / chunks`` and
         ``bound`` ("bandwidth" or "compute").
+
+    Notes
+    -----
+    Fetching a layer's weights once per group assumes chunk-major issue: chunk ``j`` of every
+    computed row while chunk ``j``'s weights are in an on-chip double buffer (2 x 3 MB at 7B). The
+    RTL's dispatcher (v1 and v2 alike) hands out a row's chunks one after another; its cycle model,
+    whose schedule gives ``compute``, is taken as the compute time of the chunk-major order (the
+    same chunks on the same cores). In v2 a job is one chunk of one row: each core reads one
+    ``mv_in x mv_out`` weight block (4,096 bytes at 64 x 64) from the on-chip buffer per cycle and
+    uses it for that row only.
     """
     cycles, compute, weights, traffic = _group_time(cfg, fpga, clock_mhz, tuple(int(m) for m in mask))
     return {"cycles": cycles, "compute": compute, "weights": weights, "bytes": traffic,
@@ -469,8 +525,8 @@ def masks_time(cfg, fpga, clock_mhz, masks, weights=None) -> dict:
 def binomial_masks(batch: int, p: float) -> tuple[list[tuple[int, ...]], list[float]]:
     """Masks with ``k`` replayed rows (replayed rows last) and their binomial probabilities.
 
-    The position of the computed rows changes a group's time by at most ``batch * t_row`` cycles
-    (the front end); putting them first is the model's simplification.
+    The position of the computed rows changes a group's time by at most the front end's time of
+    the group's rows; putting them first is the model's simplification.
     """
     masks, probs = [], []
     for k in range(batch + 1):
@@ -506,14 +562,16 @@ def layer_masks(replay: np.ndarray, layer: np.ndarray, rows) -> dict[int, np.nda
             for n in np.unique(layer)}
 
 
-def project_video(v: dict, fpga: Fpga, clock_mhz: float, masks_by_layer: dict, batch: int) -> dict:
-    """Time of one batch of ``batch`` rows (``batch / 2`` videos) at 7B, per layer group and in all.
+def project_video(v: dict, fpga: Fpga, clock_mhz: float, masks_by_layer: dict, batch: int,
+                  datapath: int = 2) -> dict:
+    """Time of one batch of ``batch`` rows (``batch / 2`` videos) at 7B, per layer group and in all,
+    on ``projected_accel(batch, datapath)``.
 
     Trace layer ``n`` of ``n_trace`` stands for the 7B layers ``n * L / n_trace`` to
     ``(n + 1) * L / n_trace - 1`` (the same relative depth); within it, the mean group time over
     the trace's masks is taken for every one of the ``frames * N`` decode steps.
     """
-    cfg = projected_accel(batch)
+    cfg = projected_accel(batch, datapath)
     n_trace = len(masks_by_layer)
     per_layer = v["layers"] // n_trace
     steps = v["frames"] * v["tokens_per_frame"]
@@ -540,9 +598,9 @@ def project_video(v: dict, fpga: Fpga, clock_mhz: float, masks_by_layer: dict, b
             "decoder_fastcar_s": fast_s + attn_s, "decoder_speedup": (dense_s + attn_s) / (fast_s + attn_s)}
 
 
-def project_independent(v, fpga, clock_mhz, replay, layer, frame, batch: int) -> dict:
+def project_independent(v, fpga, clock_mhz, replay, layer, frame, batch: int, datapath: int = 2) -> dict:
     """:func:`project_video` for ``batch`` rows that replay independently (model, for B > trace rows)."""
-    cfg = projected_accel(batch)
+    cfg = projected_accel(batch, datapath)
     steps, hz = v["frames"] * v["tokens_per_frame"], clock_mhz * 1e6
     layers = np.unique(layer)
     per_layer = v["layers"] // len(layers)
@@ -597,13 +655,24 @@ def group_energy_pj(cfg: AccelConfig, computed: float, rows: int, *, weights_in_
 
     Notes
     -----
-    Counted: one 8-bit multiply and one 32-bit add per MAC; one PE weight-memory byte read per MAC
+    Counted: one 8-bit multiply and one 32-bit add per MAC; one on-chip weight byte read per MAC
     (an 8 KB SRAM 64-bit read / 8 per byte); the requantisers as one 32-bit multiply per output
-    element (``2 d_ff + d`` per computed row); the reducer's 32-bit adds (``chunks * d``); the TAS
-    dot product (``d`` multiply-adds per row); the replay cache (``d`` bytes per row, read or
-    written). Not
-    counted: registers, wires, clocking, control, the host link and static power. On an FPGA these
-    dominate, so the result is a lower bound on any real FPGA's energy.
+    element (``2 d_ff + d`` per computed row); the 32-bit adds of the chunks' partial sums; the
+    TAS dot product (``d`` multiply-adds per row); the replay cache (``d`` bytes per row, read or
+    written). Not counted: registers, wires, clocking, control, the host link and static power. On
+    an FPGA these dominate, so the result is a lower bound on any real FPGA's energy.
+
+    The datapaths (``cfg.datapath``) differ only in where the weights and the partial sums go:
+
+    * v1: every processing element reads its weight from its own memory for each MAC; the
+      reducer adds the chunks' partial sums, ``chunks * d`` adds per computed row.
+    * v2 (:class:`hw.mv_core.MvCore`): a job is one chunk of *one* row, so each core reads one
+      ``mv_in x mv_out`` weight block from the block-RAM weight store per cycle and uses every
+      weight in it for one MAC of that row: still one weight byte read per MAC, not one per block
+      shared by the group's rows. Each D pass adds its ``d`` partial sums into the row's
+      accumulator in the core (``chunks * d`` adds per computed row) and the output stage
+      (:class:`hw.row_out.RowOut`) adds the cores' accumulators, ``(cores - 1) * d`` more.
+      The ``reducer`` entry counts both.
     """
     e = HOROWITZ_45NM_PJ
     sram_b = _per_byte(e["sram_8kb_read_64bit"])
@@ -612,11 +681,17 @@ def group_energy_pj(cfg: AccelConfig, computed: float, rows: int, *, weights_in_
     comp = {"mac": macs * (e["int8_mult"] + e["int32_add"]),
             "pe_weight_reads": macs * sram_b,
             "requant": computed * (2 * f + d) * e["int32_mult"],
-            "reducer": computed * cfg.chunks * d * e["int32_add"],
+            "reducer": computed * _partial_sum_adds(cfg) * e["int32_add"],
             "tas": rows * d * (e["int8_mult"] + e["int32_add"]),
             "replay_cache": rows * d * (_per_byte(dram_pj_64bit) if weights_in_dram else sram_b)}
     comp["total"] = sum(comp.values())
     return comp
+
+
+def _partial_sum_adds(cfg: AccelConfig) -> int:
+    """32-bit adds of partial sums per computed row (see :func:`group_energy_pj`)."""
+    adds = cfg.chunks * cfg.d_model
+    return adds + (cfg.cores - 1) * cfg.d_model if cfg.datapath == 2 else adds
 
 
 def stream_energy_pj(cfg: AccelConfig, groups_with_compute: float, dram_pj_64bit: float) -> float:
@@ -658,9 +733,9 @@ def _trace(path):
 def shipped_section(cfg, clock, points, tr) -> dict:
     """Real units for the bench points (RTL, extrapolated) and the whole trace (cycle model)."""
     frames = int(tr.manifest.get("frames", 8))
-    return {"config": cfg.to_dict(), "mac_units": cfg.macs, "frames": frames,
+    return {"config": cfg.to_dict(), "mac_units": cfg.mac_units, "geometry": geometry(cfg), "frames": frames,
             "videos_per_batch": max(cfg.batch // 2, 1),
-            "peak_gops": 2 * cfg.macs * clock.mhz / 1e3,
+            "peak_gops": 2 * cfg.mac_units * clock.mhz / 1e3,
             "bench_points": [bench_point_units(cfg, p, clock, frames=frames) for p in points],
             "whole_trace_model": trace_units(cfg, tr.replay, clock, frames=frames, frame=tr.group_frame)}
 
@@ -670,44 +745,55 @@ MEASURED_CFG = "measured (CFG pairs of the trace)"
 INDEPENDENT = "model: rows replay independently"
 
 
-def projection_section(fpga, clock_mhz, tr, bench_traces) -> dict:
-    """The 7B projection: masks from the trace's CFG pairs, B sweep, per bench trace."""
+def accel_summary(cfg: AccelConfig, fpga: Fpga, clock_mhz: float) -> dict:
+    """The projected accelerator: its configuration, MAC units (``cfg.mac_units``), their share of
+    the device's DSP slices and the peak GOPS; a :class:`ProjectionError` if the MACs do not fit."""
+    if cfg.mac_units > fpga.dsp:
+        raise ProjectionError(f"projected accelerator needs {cfg.mac_units} MAC units, {fpga.name} has "
+                              f"{fpga.dsp}")
+    return {"accel": cfg.to_dict(), "mac_units": cfg.mac_units, "geometry": geometry(cfg),
+            "dsp_fraction": cfg.mac_units / fpga.dsp, "peak_gops": 2 * cfg.mac_units * clock_mhz / 1e3}
+
+
+def projection_section(fpga, clock_mhz, tr, bench_traces, datapath: int = 2) -> dict:
+    """The 7B projection on ``projected_accel(2, datapath)``: masks from the trace's CFG pairs,
+    B sweep, per bench trace (sorted by tau)."""
     v = VILA_U_7B
     R, L, F = tr.replay.astype(np.uint8), tr.group_layer, tr.group_frame
-    cfg = projected_accel(v["batch"])
-    if cfg.macs > fpga.dsp:
-        raise ProjectionError(f"projected accelerator needs {cfg.macs} MAC units, {fpga.name} has {fpga.dsp}")
+    cfg = projected_accel(v["batch"], datapath)
+    summary = accel_summary(cfg, fpga, clock_mhz)
     B = R.shape[1]
-    main = project_video(v, fpga, clock_mhz, layer_masks(R, L, cfg_pairs(B)), 2)
+    main = project_video(v, fpga, clock_mhz, layer_masks(R, L, cfg_pairs(B)), 2, datapath)
     sweep = []
     runs = [(b, row_subsets(B, b), MEASURED) for b in (1, 2, 4) if b <= B]
     if B >= 2 and B % 2 == 0:
         runs.insert(2, (2, cfg_pairs(B), MEASURED_CFG))
     for b, subsets, source in runs:
-        p = project_video(v, fpga, clock_mhz, layer_masks(R, L, subsets), b)
+        p = project_video(v, fpga, clock_mhz, layer_masks(R, L, subsets), b, datapath)
         sweep.append({"batch": b, "source": source,
                       **{k: p[k] for k in ("videos", "mlp_dense_s", "mlp_fastcar_s", "mlp_speedup",
                                            "ideal_compute_bound")},
                       "dense_bound": p["layer_groups"][0]["dense_bound"]})
     for b in (1, 2, 4, 8, 16, 32):
-        sweep.append({**project_independent(v, fpga, clock_mhz, R, L, F, b),
+        sweep.append({**project_independent(v, fpga, clock_mhz, R, L, F, b, datapath),
                       "source": INDEPENDENT})
     per_trace = []
     for path in bench_traces:
         t = _trace(path)
         Rt = t.replay.astype(np.uint8)
-        p = project_video(v, fpga, clock_mhz, layer_masks(Rt, t.group_layer, cfg_pairs(Rt.shape[1])), 2)
+        p = project_video(v, fpga, clock_mhz, layer_masks(Rt, t.group_layer, cfg_pairs(Rt.shape[1])), 2,
+                          datapath)
         per_trace.append({"trace": str(path), "tau": t.manifest["decode"]["tau"][0],
                           "replay_ratio": float(Rt.mean()),
                           "all_replay_cfg_pairs": float(np.mean([all_replay_fraction(Rt, s)
                                                                  for s in cfg_pairs(Rt.shape[1])])),
                           "mlp_speedup": p["mlp_speedup"], "decoder_speedup": p["decoder_speedup"],
                           "ideal_compute_bound": 1 / (1 - float(Rt.mean()))})
+    per_trace.sort(key=lambda t: t["tau"])
     group = group_time(cfg, fpga, clock_mhz, (0,) * v["batch"])
     return {"fpga": asdict(fpga), "clock_mhz": clock_mhz,
             "clock_source": f"assumed: {clock_mhz:g} MHz for the projected design (not measured)",
-            "model": v, "accel": cfg.to_dict(), "mac_units": cfg.macs,
-            "peak_gops": 2 * cfg.macs * clock_mhz / 1e3,
+            "model": v, **summary,
             "mlp_weight_bytes_per_layer": mlp_weight_bytes(cfg),
             "hbm_bytes_per_cycle": bytes_per_cycle(fpga, clock_mhz),
             "dense_group": group, "capacity": capacity(v, fpga, v["batch"]),
@@ -727,7 +813,7 @@ def energy_section(shipped_cfg, tr, proj) -> dict:
                                             dram_pj_64bit=HOROWITZ_45NM_PJ["dram_64bit_low"])
                        for mode, c in (("dense", float(B)), ("fastcar", comp))}}
     v, video = VILA_U_7B, proj["video"]
-    cfg7 = projected_accel(v["batch"])
+    cfg7 = AccelConfig.from_dict(proj["accel"])          # the projected accelerator, B = 2
     groups = v["frames"] * v["tokens_per_frame"] * v["layers"]
     computed = v["batch"] * (1 - video["replay_ratio"])
     all_rep = float(np.mean([g["all_replay"] for g in video["layer_groups"]]))
@@ -766,8 +852,14 @@ def pick_clock(synth, assume_mhz, cfg: AccelConfig) -> tuple[Clock, Clock | None
     return assumed_clock(assume_mhz), measured
 
 
-def build_report(*, bench, synth, assume_mhz, trace, fpga_mhz, bench_traces_from_report=True) -> dict:
-    """Everything the CLI writes, as one dict."""
+def build_report(*, bench, synth, assume_mhz, trace, fpga_mhz, bench_traces_from_report=True,
+                 bench_traces=(), projected_datapath: int = 2) -> dict:
+    """Everything the CLI writes, as one dict.
+
+    ``bench_traces`` are decode traces for the per-trace 7B table, after those the bench report
+    names (with ``bench_traces_from_report``); ``projected_datapath`` chooses the 7B accelerator
+    (:func:`projected_accel`). The shipped sections use :data:`sw.config.DEFAULT_ACCEL`.
+    """
     cfg = DEFAULT_ACCEL
     clock, measured = pick_clock(synth, assume_mhz, cfg)
     points, bench_note = load_bench(bench, cfg) if bench is not None else ([], "no bench report")
@@ -776,7 +868,12 @@ def build_report(*, bench, synth, assume_mhz, trace, fpga_mhz, bench_traces_from
     if bench_traces_from_report:
         traces = [p["trace"] for p in sorted(points, key=lambda p: p["tau"])
                   if isinstance(p.get("trace"), str) and Path(p["trace"]).is_dir()]
-    proj = projection_section(ALVEO_U280, fpga_mhz, tr, traces)
+    for t in bench_traces:
+        if not Path(t).is_dir():
+            raise ProjectionError(f"{t}: --bench-trace: no such decode trace directory")
+        if str(t) not in traces:
+            traces.append(str(t))
+    proj = projection_section(ALVEO_U280, fpga_mhz, tr, traces, projected_datapath)
     return {"sources": {"bench": str(bench) if bench else None, "bench_config": bench_note,
                         "synth": str(synth) if synth else None, "trace": str(trace)},
             "clock": asdict(clock), "measured_clock": asdict(measured) if measured else None,
@@ -792,15 +889,16 @@ def render_md(rep: dict, command: str) -> str:
     """The report as Markdown tables (every table says which command produced it)."""
     s, p, e = rep["shipped"], rep["projection"], rep["energy"]
     clk = rep["clock"]
+    sc = AccelConfig.from_dict(s["config"])
     out = [f"# Performance projection\n\nProduced by `{command}`.\n",
            f"Clock of the shipped accelerator: **{clk['mhz']:g} MHz**, {clk['source']}.\n",
-           "## Shipped model on the ECP5 accelerator (real units)\n",
-           f"MAC units: {s['mac_units']} (2 cores x 3 tiles x 4 x 4); peak {_f(s['peak_gops'])} GOPS "
-           f"(2 operations per MAC). One batch is B = 4 rows: {s['videos_per_batch']} videos of "
+           f"## Shipped model on the ECP5 accelerator (real units, datapath v{sc.datapath})\n",
+           f"MAC units: {s['mac_units']} ({geometry(sc)}); peak {_f(s['peak_gops'])} GOPS "
+           f"(2 operations per MAC). One batch is B = {sc.batch} rows: {s['videos_per_batch']} videos of "
            f"{s['frames']} frames with their CFG rows, generated together.\n"]
     if s["bench_points"]:
         out += ["RTL cycles from the bench report (positions 0-7 of each frame and layer, scaled to all "
-                f"64 positions by x{s['bench_points'][0]['extrapolation']:g}; "
+                f"{sc.tokens_per_frame} positions by x{s['bench_points'][0]['extrapolation']:g}; "
                 f"{rep['sources']['bench_config']}):\n",
                 "| tau | replay | dense ms/video | FastCar ms/video | FastCar ms/frame | static ms/video "
                 "| speed-up | achieved GOPS | dense-equivalent GOPS | MAC utilisation |",
@@ -814,8 +912,11 @@ def render_md(rep: dict, command: str) -> str:
                        f"| {fc['mac_utilization']:.2f} |")
         out.append("")
     w = s["whole_trace_model"]
+    agreement = ("equal to the RTL's cycle counter on every group of the accelerator regression"
+                 if sc.datapath == 2 else
+                 "the bench and the accelerator regression hold the model to 2 % of the RTL on every group")
     out += [f"Cycle model on the whole shipped trace (all {w['groups']:,} groups, current configuration; "
-            "the bench and the accelerator regression hold the model to 2 % of the RTL on every group):\n",
+            f"{agreement}):\n",
             "| run | cycles | ms/video | ms/frame | achieved GOPS | MAC utilisation |",
             "|---|---|---|---|---|---|"]
     for mode in ("dense", "fastcar"):
@@ -827,14 +928,16 @@ def render_md(rep: dict, command: str) -> str:
                + ", ".join(f"{x:.2f}" for x in w["fastcar"]["ms_by_frame"]) + " ms.\n")
 
     f, v = p["fpga"], p["model"]
-    g = p["dense_group"]
+    g, pc = p["dense_group"], AccelConfig.from_dict(p["accel"])
     out += ["## Projection: VILA-U-7B on an AMD Alveo U280\n",
             f"Device: {f['name']} ({f['part']}), {f['dsp']:,} DSP slices, HBM2 {f['hbm_gb_s']:g} GB/s "
             f"({f['hbm_gib']:g} GB), DDR4 {f['ddr_gb_s']:g} GB/s; figures from {f['source']}. "
             f"Clock {p['clock_source']}.\n",
-            f"Accelerator: 2 cores x 3 tiles x 32 x 32 = {p['mac_units']:,} MAC units, peak "
-            f"{_f(p['peak_gops'], 0)} GOPS; {p['accel']['chunks']} chunks of 256 hidden channels. "
-            f"MLP weights per layer: 3 x 4096 x 11008 = {p['mlp_weight_bytes_per_layer']:,} bytes (int8), "
+            f"Accelerator (datapath v{pc.datapath}): {geometry(pc)} = {p['mac_units']:,} MAC units "
+            f"({p['dsp_fraction']:.0%} of the DSP slices), peak "
+            f"{_f(p['peak_gops'], 0)} GOPS; {pc.chunks} chunks of {pc.chunk_width} hidden channels. "
+            f"MLP weights per layer: 3 x {pc.d_model} x {pc.d_ff} = {p['mlp_weight_bytes_per_layer']:,} "
+            "bytes (int8), "
             f"streamed from HBM at {p['hbm_bytes_per_cycle']:,.0f} bytes per cycle.\n",
             f"A dense group of B = {v['batch']} rows: compute {g['compute']:,} cycles, weights "
             f"{g['weights']:,.0f} cycles: **{g['bound']}-bound** "
@@ -894,7 +997,8 @@ def render_md(rep: dict, command: str) -> str:
     out += ["", "## Energy (a model, not a measurement)\n",
             f"Per-operation energies from {e['source']} (pJ): "
             + ", ".join(f"{k} {v:g}" for k, v in e["constants_pj"].items())
-            + ". Counted: MACs, PE weight-memory reads, requantisers, reducer, TAS, replay cache and (7B) "
+            + ". Counted: MACs, on-chip weight reads (one byte per MAC), requantisers, partial-sum adds, "
+              "TAS, replay cache and (7B) "
               "weight streaming. Not counted: registers, wires, clocking, control, static power; a real "
               "FPGA spends much more.\n",
             "| design | run | energy | GOPS/W (ops done) | dense-equivalent GOPS/W |",
@@ -958,6 +1062,13 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m sw.projection", description=__doc__.split("\n\n")[0])
     ap.add_argument("--bench", type=Path, default=None,
                     help=f"tb.bench report (default {DEFAULT_BENCH.relative_to(REPO)} if it exists)")
+    ap.add_argument("--no-bench", action="store_true",
+                    help="read no bench report (e.g. one measured on another configuration): the shipped "
+                         "figures come from the cycle model on the whole trace only")
+    ap.add_argument("--bench-trace", type=Path, action="append", default=[], metavar="DIR",
+                    help="a decode trace for the per-trace 7B table, besides the bench report's (repeatable)")
+    ap.add_argument("--projected-datapath", type=int, choices=(1, 2), default=2,
+                    help="datapath of the projected 7B accelerator (default 2; 1 gives the v1 projection)")
     ap.add_argument("--synth", type=Path, default=DEFAULT_SYNTH, help="synthesis report with 'fmax_mhz'")
     ap.add_argument("--assume-mhz", type=float, default=None,
                     help="use this clock for the shipped accelerator instead (reported as assumed)")
@@ -967,15 +1078,20 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
     ap.add_argument("--force", action="store_true", help="replace an existing report")
     args = ap.parse_args(argv)
-    bench = args.bench if args.bench is not None else (DEFAULT_BENCH if DEFAULT_BENCH.exists() else None)
+    if args.no_bench and args.bench is not None:
+        print("sw.projection: --bench and --no-bench exclude each other", file=sys.stderr)
+        return 2
+    bench = None if args.no_bench else (
+        args.bench if args.bench is not None else (DEFAULT_BENCH if DEFAULT_BENCH.exists() else None))
     if args.out.exists() and not args.force and (not args.out.is_dir() or any(args.out.iterdir())):
         print(f"sw.projection: {args.out}: already exists; pass --force to overwrite", file=sys.stderr)
         return 1
     from sw.atomic import atomic_dir
 
-    try:   # about a second: no progress bar needed
+    try:
         rep = build_report(bench=bench, synth=args.synth, assume_mhz=args.assume_mhz, trace=args.trace,
-                           fpga_mhz=args.fpga_mhz)
+                           fpga_mhz=args.fpga_mhz, bench_traces=args.bench_trace,
+                           projected_datapath=args.projected_datapath)
     except (ProjectionError, ConfigError) as e:
         print(f"sw.projection: {e}", file=sys.stderr)
         return 2

@@ -20,7 +20,9 @@ Writes ``report.json``:
   (:func:`synth_fmax`; the bench never synthesises);
 - ``points``, one per tau: tau, replay_ratio, cycles_dense, cycles_fastcar (DRS), cycles_static
   (row-static), cycles_static_chunk (chunk round-robin), speedup = dense / fastcar, ideal = rows /
-  computed rows, mac_utilization = MACs done / (MAC units x cycles), drs_gain = static / fastcar,
+  computed rows, mac_ops = MACs done, mac_utilization = MACs done / (MAC units x cycles), gops = 2 x
+  mac_ops / (cycles_fastcar / fmax_mhz) in 1e9 per second (``null`` without an Fmax; whether timing
+  was met is in ``fmax_source``), drs_gain = static / fastcar,
   drs_gain_chunk = static_chunk / fastcar; the cycle model's totals model_cycles_fastcar,
   model_cycles_static, model_cycles_static_chunk, model_cycles_dense, cycle_model_worst_error and
   per mode cycle_model;
@@ -160,7 +162,7 @@ def point(tau: float, trace: Path, rep: dict) -> dict:
             "cycles_static": static, "cycles_static_chunk": chunk, "speedup": dense / fast,
             "ideal": rows / max(computed, 1),
             "fraction_of_ideal": dense / fast / (rows / max(computed, 1)),
-            "mac_utilization": macs / (cfg.mac_units * fast), "drs_gain": static / fast,
+            "mac_ops": macs, "mac_utilization": macs / (cfg.mac_units * fast), "drs_gain": static / fast,
             "drs_gain_chunk": chunk / fast,
             "cycle_model_worst_error": worst,
             **{f"model_cycles_{MODE_KEYS[k]}": c["model_total"] for k, c in check.items()},
@@ -198,6 +200,14 @@ def synth_fmax(cfg, path: Path | None = None) -> tuple[float | None, str]:
                   + (f", PLL {pll:.3f} MHz" if isinstance(pll, (int, float)) else "") + f", {met}")
 
 
+def achieved_gops(p: dict, fmax_mhz: float | None) -> float | None:
+    """Achieved GOPS of a bench point at the routed Fmax: 2 operations per MAC done, over the
+    FastCar+DRS cycles at ``fmax_mhz``; ``None`` without an Fmax."""
+    if fmax_mhz is None:
+        return None
+    return 2 * p["mac_ops"] / (p["cycles_fastcar"] / (fmax_mhz * 1e6)) / 1e9
+
+
 def losses(cfg, mask, fast: int, macs: int) -> dict:
     """Where the FastCar cycles beyond pure computation go (from the cycle model, which the RTL
     matches within ``model_check``'s tolerance).
@@ -231,19 +241,23 @@ def write(points, out: Path) -> None:
     from sw.config import DEFAULT_ACCEL as cfg
 
     fmax, fmax_source = synth_fmax(cfg)
+    for p in points:
+        p["gops"] = achieved_gops(p, fmax)
     clock = (f"Fmax {fmax:.2f} MHz ({fmax_source})" if fmax is not None else f"Fmax not known: {fmax_source}")
     lines = [f"{cfg.mac_units} MAC units ({cfg.cores} cores); {clock}.", "",
              "Three schedules of the same FastCar rows: DRS (each chunk to the first free core), chunk "
              "round-robin (chunk j on core j mod cores) and row-static (row b on core b mod cores).", "",
              "| tau | replay ratio | dense cycles | FastCar+DRS | chunk-RR | row-static | speed-up | ideal "
-             "| of ideal | MAC utilisation | chunk-RR / DRS | static / DRS "
+             "| of ideal | MAC utilisation | GOPS at Fmax | chunk-RR / DRS | static / DRS "
              "| cycle model (DRS / chunk-RR / static) | model worst group |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for p in points:
+        gops = "-" if p["gops"] is None else f"{p['gops']:.1f}"
         lines.append(f"| {p['tau']} | {p['replay_ratio']:.3f} | {p['cycles_dense']:,} "
                      f"| {p['cycles_fastcar']:,} | {p['cycles_static_chunk']:,} | {p['cycles_static']:,} "
                      f"| {p['speedup']:.2f}x | {p['ideal']:.2f}x | {p['fraction_of_ideal']:.2f} "
-                     f"| {p['mac_utilization']:.2f} | {p['drs_gain_chunk']:.3f} | {p['drs_gain']:.3f} "
+                     f"| {p['mac_utilization']:.2f} | {gops} "
+                     f"| {p['drs_gain_chunk']:.3f} | {p['drs_gain']:.3f} "
                      f"| {p['model_cycles_fastcar']:,} / {p['model_cycles_static_chunk']:,} "
                      f"/ {p['model_cycles_static']:,} | {p['cycle_model_worst_error']:.2%} |")
     lines += ["", "Where the FastCar+DRS cycles go (cycle model; `compute` = MACs / MAC units), and how "

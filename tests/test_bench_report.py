@@ -85,6 +85,12 @@ def test_report_files(tmp_path, monkeypatch):
     assert rep["accel"] == DEFAULT_ACCEL.to_dict() and rep["macs"] == DEFAULT_ACCEL.mac_units
     assert rep["fmax_mhz"] == 57.5 and "board top" in rep["fmax_source"]
     assert rep["points"][0]["cycles_static_chunk"] == p["cycles_static_chunk"]
+    # Achieved GOPS: 2 operations per MAC done, over the FastCar cycles at the routed Fmax.
+    computed = int((1 - load_decode_trace(GOLDEN).replay[fake_rep()["groups"]]).sum())
+    mac_ops = computed * 3 * DEFAULT_ACCEL.d_model * DEFAULT_ACCEL.d_ff
+    want = 2 * mac_ops * 57.5e6 / p["cycles_fastcar"] / 1e9
+    assert rep["points"][0]["gops"] == pytest.approx(want, rel=1e-12)
+    assert bench.achieved_gops(p, None) is None
     md = (tmp_path / "out" / "report.md").read_text()
     assert "chunk-RR" in md and "row-static" in md and f"{p['cycles_static_chunk']:,}" in md
     assert (tmp_path / "out" / "speedup.png").stat().st_size > 0

@@ -139,11 +139,47 @@ def test_real_units_arithmetic():
     u = pj.real_units(cfg, 100e6, clock, frames=8, computed_rows=10, dense_rows=40, videos=2)
     assert u["ms_per_video"] == pytest.approx(1000.0) and u["ms_per_frame"] == pytest.approx(125.0)
     assert u["ms_per_video_amortised"] == pytest.approx(500.0)
-    assert cfg.macs == 2 * 3 * 4 * 4
-    assert u["peak_gops"] == pytest.approx(2 * 96 * 100e6 / 1e9)
+    assert u["peak_gops"] == pytest.approx(2 * cfg.mac_units * 100e6 / 1e9)
     macs = 10 * 3 * cfg.d_model * cfg.d_ff
     assert u["achieved_gops"] == pytest.approx(2 * macs / 1.0 / 1e9)
     assert u["dense_equivalent_gops"] == pytest.approx(4 * u["achieved_gops"])
+
+
+def test_projection_counts_the_mac_units_of_the_datapath(monkeypatch):
+    """A v2 configuration has ``cores x mv_in x mv_out`` MAC units; ``cfg.macs`` (v1's ``3 x rows x
+    cols`` per core) is wrong for it, and any use of it here fails the test."""
+    cfg, cfg7 = DEFAULT_ACCEL, pj.projected_accel(2)
+    for c in (cfg, cfg7):
+        assert c.datapath == 2 and c.mac_units == c.cores * c.mv_in * c.mv_out != c.macs
+    v1_macs = AccelConfig.macs.fget
+
+    def macs_v1_only(self):
+        assert self.datapath == 1, f"cfg.macs used for a v{self.datapath} configuration"
+        return v1_macs(self)
+
+    monkeypatch.setattr(AccelConfig, "macs", property(macs_v1_only))
+    clock = pj.assumed_clock(100.0)
+    units = cfg.cores * cfg.mv_in * cfg.mv_out
+    u = pj.real_units(cfg, 1e6, clock, frames=8, computed_rows=4, dense_rows=4, videos=2)
+    assert u["peak_gops"] == pytest.approx(2 * units * 100e6 / 1e9)
+    assert u["mac_utilization"] == pytest.approx(pj.mlp_macs(cfg, 4) / (units * 1e6))
+    tr = pj._trace(REPO / "golden" / "fastcar")
+    s = pj.shipped_section(cfg, clock, [], tr)
+    assert s["mac_units"] == units
+    assert s["peak_gops"] == pytest.approx(2 * s["mac_units"] * 100 / 1e3)
+    fc = s["whole_trace_model"]["fastcar"]
+    computed = int((tr.replay == 0).sum())
+    assert fc["mac_utilization"] == pytest.approx(pj.mlp_macs(cfg, computed) / (units * fc["cycles"]))
+    f = pj.ALVEO_U280
+    a = pj.accel_summary(cfg7, f, f.clock_mhz)
+    assert a["mac_units"] == cfg7.cores * cfg7.mv_in * cfg7.mv_out
+    assert a["peak_gops"] == pytest.approx(2 * a["mac_units"] * f.clock_mhz / 1e3)
+    assert a["dsp_fraction"] == a["mac_units"] / f.dsp
+    assert a["geometry"] == f"2 cores x one {cfg7.mv_in} x {cfg7.mv_out} matrix-vector unit"
+    # The v1 projection is still there, with v1's MAC units.
+    v1 = pj.projected_accel(2, datapath=1)
+    assert pj.accel_summary(v1, f, f.clock_mhz)["mac_units"] == 2 * 3 * 32 * 32
+    assert pj.geometry(v1) == "2 cores x 3 tiles x 32 x 32"
 
 
 def test_clock_is_labelled_by_where_it_comes_from(tmp_path):
@@ -251,7 +287,12 @@ def test_replay_vs_batch_on_the_shipped_trace():
 def test_projected_design_fits_and_streams_the_weights():
     cfg = pj.projected_accel(2)
     assert pj.mlp_weight_bytes(cfg) == 3 * 4096 * 11008 == 135_266_304
-    assert cfg.macs == 6144 <= pj.ALVEO_U280.dsp
+    # v2, two cores of PROJECTED_MV: the divisibility rules of AccelConfig and MvCore hold.
+    mv_in, mv_out = pj.PROJECTED_MV
+    assert (cfg.datapath, cfg.cores, cfg.mv_in, cfg.mv_out) == (2, 2, mv_in, mv_out)
+    assert cfg.mac_units == 2 * mv_in * mv_out <= pj.ALVEO_U280.dsp
+    assert all(n % m == 0 for n in (cfg.d_model, cfg.chunk_width) for m in (mv_in, mv_out))
+    assert cfg.d_model // mv_in >= mv_out and (cfg.chunk_width // mv_in) * (cfg.d_model // mv_out) >= 3
     f = pj.ALVEO_U280
     dense = pj.group_time(cfg, f, f.clock_mhz, (0, 0))
     one = pj.group_time(cfg, f, f.clock_mhz, (0, 1))
@@ -264,6 +305,8 @@ def test_projected_design_fits_and_streams_the_weights():
     assert none["bytes"] == 2 * 4096 and none["cycles"] < 0.01 * dense["cycles"]
     big = pj.group_time(pj.projected_accel(16), f, f.clock_mhz, (0,) * 16)
     assert big["bound"] == "compute"
+    # The compute time is the v2 cycle model's: no fewer cycles than the MACs over the MAC units.
+    assert dense["compute"] == pj.compute_cycles(cfg, (0, 0)) >= pj.mlp_macs(cfg, 2) / cfg.mac_units
 
 
 def test_bandwidth_bound_speedup_follows_the_all_replay_fraction():
@@ -289,6 +332,13 @@ def test_energy_model_counts_what_replay_skips():
     assert stream == pytest.approx(10 * 135_266_304 * (1300 + 10) / 8 * 1e-12)
     assert s_half["components_j"]["weight_stream"] == pytest.approx(stream / 2)
     assert s_half["dense_equivalent_gops_per_watt"] > s_dense["gops_per_watt"]
+    # One on-chip weight byte per MAC on both datapaths (a v2 block serves one row); v2 adds the
+    # cores' accumulators in the output stage as well as each chunk's partial sums.
+    assert dense["pe_weight_reads"] == pytest.approx(2 * 135_266_304 * 10 / 8)
+    assert dense["reducer"] == pytest.approx(2 * (cfg.chunks + cfg.cores - 1) * 4096 * 0.1)
+    v1 = pj.group_energy_pj(pj.projected_accel(2, datapath=1), 2, 2, weights_in_dram=True)
+    assert v1["reducer"] == pytest.approx(2 * cfg.chunks * 4096 * 0.1)
+    assert v1["pe_weight_reads"] == dense["pe_weight_reads"]
 
 
 def test_model_sizes_agree_with_the_report():
@@ -314,7 +364,14 @@ def test_cli_writes_refuses_and_names_bad_input(tmp_path, capsys):
     assert {p.name for p in out.iterdir()} == {"report.json", "report.md", "all_replay.png"}
     rep = json.loads((out / "report.json").read_text())
     assert rep["clock"]["measured"] and rep["clock"]["mhz"] == 80.0
-    assert "python -m sw.projection --bench" in (out / "report.md").read_text()
+    md = (out / "report.md").read_text()
+    assert "python -m sw.projection --bench" in md
+    # The report follows the datapaths: the shipped one and the projected v2, not v1's geometry.
+    cfg7 = pj.projected_accel(2)
+    assert rep["shipped"]["mac_units"] == DEFAULT_ACCEL.mac_units
+    assert rep["projection"]["mac_units"] == cfg7.mac_units and rep["projection"]["accel"] == cfg7.to_dict()
+    assert f"{pj.geometry(DEFAULT_ACCEL)});" in md and f"{pj.geometry(cfg7)} = {cfg7.mac_units:,}" in md
+    assert "3 tiles" not in md
     (out / "report.md").write_text("mine")
     assert pj.main(args) == 1
     assert "already exists; pass --force" in capsys.readouterr().err
