@@ -64,9 +64,10 @@ class _OneBit(wiring.Component):
         return m
 
 
-def _leds(dut, cycles=48):
+def _leds(dut, cycles=48, *, register_outputs=True):
+    """The harness's LED values over ``cycles`` clock cycles around ``dut``."""
     leds = Signal(8)
-    harness = SynthHarness(dut, leds, register_outputs=True)
+    harness = SynthHarness(dut, leds, register_outputs=register_outputs)
     seen = []
 
     async def bench(ctx):

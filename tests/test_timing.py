@@ -10,10 +10,10 @@ from amaranth import Module, Signal
 from amaranth.back import rtlil
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
-from amaranth.sim import Simulator
 
 from hw import timing
 from hw.synth_harness import SynthHarness
+from tests.test_synth_harness import _leds as harness_leds
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -33,20 +33,7 @@ class _Comb(wiring.Component):
 
 
 def _leds(register_outputs, cycles=40):
-    leds = Signal(8)
-    harness = SynthHarness(_Comb(), leds, register_outputs=register_outputs)
-    seen = []
-
-    async def bench(ctx):
-        for _ in range(cycles):
-            await ctx.tick()
-            seen.append(ctx.get(leds))
-
-    sim = Simulator(harness)
-    sim.add_clock(1e-8)
-    sim.add_testbench(bench)
-    sim.run()
-    return seen
+    return harness_leds(_Comb(), cycles, register_outputs=register_outputs)
 
 
 def test_registered_harness_puts_a_flop_after_every_output():
