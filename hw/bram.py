@@ -9,7 +9,7 @@ from amaranth.utils import ceil_log2
 from hw.mult18 import is_ecp5
 
 __all__ = ["Bram", "BramPair", "BramReference", "BramTdp", "BramTdpPair", "BramTdpReference", "CONFIGS",
-           "data_width_for", "initvals", "word_position"]
+           "data_width_for", "initvals", "widest_data_width", "word_position"]
 
 #: ``(DATA_WIDTH, words)`` of one DP16KD in true dual-port mode. The 36-bit configuration only
 #: exists in pseudo-dual-port mode and is not offered here.
@@ -32,6 +32,12 @@ def data_width_for(width: int, depth: int) -> int:
         raise ValueError(f"Bram of {width}-bit words holds at most {words} words in one DP16KD "
                          f"(DATA_WIDTH {dw}), not depth {depth!r}")
     return dw
+
+
+def widest_data_width(depth: int) -> int | None:
+    """The widest DP16KD ``DATA_WIDTH`` whose true dual-port configuration holds ``depth`` words
+    (``None`` if none does): the fewest blocks side by side for a table of that depth."""
+    return max((dw for dw, words in CONFIGS if words >= depth), default=None)
 
 
 def word_position(addr: int, data_width: int) -> tuple[int, int]:

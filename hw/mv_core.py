@@ -4,8 +4,7 @@ from amaranth import *
 from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from hw.bram import CONFIGS as BRAM_CONFIGS
-from hw.bram import Bram
+from hw.bram import Bram, widest_data_width
 from hw.mlp_core import job_layout
 from hw.mult18 import Mult18
 from hw.mv_layout import pass_lengths
@@ -59,7 +58,7 @@ def bram_table(m, name, width, depth):
     """A ``width``-bit, ``depth``-word table of :class:`hw.bram.Bram` blocks side by side (one
     DP16KD each, output register used: read latency 2). Returns ``(w_en, w_addr, w_data, r_addr,
     r_data)``."""
-    dw = max((dw for dw, words in BRAM_CONFIGS if words >= depth), default=None)
+    dw = widest_data_width(depth)
     if dw is None:
         raise ValueError(f"{name}: a table of {depth} words does not fit one DP16KD deep, "
                          f"not depth {depth!r}")

@@ -5,7 +5,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from hw.bram import CONFIGS as BRAM_CONFIGS
-from hw.bram import BramTdp
+from hw.bram import BramTdp, widest_data_width
 from hw.widths import index_bits
 
 __all__ = ["SharedTable", "table_write_layout"]
@@ -51,7 +51,7 @@ class SharedTable(wiring.Component):
             raise ValueError(f"SharedTable width must be a positive integer, not {width!r}")
         if not isinstance(depth, int) or depth < 2:
             raise ValueError(f"SharedTable depth must be an integer of at least 2, not {depth!r}")
-        dw = max((dw for dw, words in BRAM_CONFIGS if words >= depth), default=None)
+        dw = widest_data_width(depth)
         if dw is None:
             raise ValueError(f"SharedTable: {depth} words do not fit one DP16KD deep "
                              f"(at most {BRAM_CONFIGS[0][1]})")
