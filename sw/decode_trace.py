@@ -155,35 +155,47 @@ def _check_values(d: Path, man: dict, t: dict, dims: dict):
 def check_decode_trace(tr: DecodeTrace) -> str | None:
     """Recompute every group with the golden model; ``None`` if the trace is self-consistent.
 
-    Checks: computed rows' ``y`` equals :func:`sw.quant.swiglu_int8` of their ``x``; replayed rows'
-    ``y`` equals the ``y`` used at the same (layer, index, row) one frame earlier (chaining); the
-    integer TAS equals :func:`sw.quant.tas_int`; frame 0 never replays.
+    Checks, group by group in decode order: the integer TAS equals :func:`sw.quant.tas_int` (every
+    frame); every replay bit equals the replay rule (:func:`sw.quant.replay_decision` against the
+    layer's threshold, then :func:`sw.quant.replay_guard`: frame 0 computes, and the manifest's
+    ``refresh_every`` / ``max_chain`` drift guard); computed rows' ``y`` equals
+    :func:`sw.quant.swiglu_int8` of their ``x``; replayed rows' ``y`` equals the ``y`` used at the same
+    (layer, index, row) one frame earlier (chaining).
     """
     from sw import quant
 
-    L = tr.dims["layers"]
-    prev = {}
+    decode = tr.manifest.get("decode", {})
+    refresh_every, max_chain = decode.get("refresh_every"), decode.get("max_chain")
+    B = tr.dims["batch"]
+    prev, chains = {}, {}
     for g in range(tr.dims["groups"]):
         li, fr, ix = int(tr.group_layer[g]), int(tr.group_frame[g]), int(tr.group_index[g])
         at = f"group {g} (layer {li}, frame {fr}, index {ix})"
         rep = tr.replay[g].astype(bool)
-        if fr == 0 and rep.any():
-            return f"{at}: frame 0 replays"
-        if fr > 0:
-            tas = quant.tas_int(tr.q[g], tr.k_prev[g])
-            if not np.array_equal(tas, tr.tas[g]):
-                return f"{at}: tas {tr.tas[g]} != {tas}"
+        tas = quant.tas_int(tr.q[g], tr.k_prev[g])
+        if not np.array_equal(tas, tr.tas[g]):
+            return f"{at}: tas {tr.tas[g]} != {tas}"
+        key = (li, ix)
+        want = quant.replay_decision(tas, tr.threshold[li])
+        rule, _, chain = quant.replay_guard(want, fr, chains.get(key, np.zeros(B, np.int64)) if max_chain
+                                            is not None else None, refresh_every=refresh_every,
+                                            max_chain=max_chain)
+        if chain is not None:
+            chains[key] = chain
+        if not np.array_equal(rule, rep):
+            b = int(np.flatnonzero(rule != rep)[0])
+            return (f"{at}, row {b}: replay bit {int(rep[b])}, the rule gives {int(rule[b])} "
+                    f"(tas {int(tas[b])}, threshold {int(tr.threshold[li])}, refresh_every {refresh_every}, "
+                    f"max_chain {max_chain})")
         comp = ~rep
         if comp.any():
             y = quant.swiglu_int8(tr.x[g][comp], tr.wg[li], tr.wu[li], tr.wd[li], tr.layer_consts(li))
             if not np.array_equal(y, tr.y[g][comp]):
                 return f"{at}: MLP output differs from the golden model"
         if rep.any():
-            key = (li, ix)
             if key not in prev or not np.array_equal(prev[key][rep], tr.y[g][rep]):
                 return f"{at}: replayed output is not the cached one"
-        prev[(li, ix)] = tr.y[g]
-    del L
+        prev[key] = tr.y[g]
     return None
 
 

@@ -35,6 +35,7 @@ import torch.nn.functional as F
 from torch import nn
 from tqdm import tqdm
 
+from sw import quant
 from sw.config import ConfigError
 from sw.fastcar import (
     DecodeStats,
@@ -724,7 +725,6 @@ class Decoder(nn.Module):
         want_scores = has_prev and (fc is not None or recorder is not None)
         use_reference = fc is not None and fc.score == "reference"
         replaying = fc is not None and has_prev
-        refresh = replaying and fc.refresh_every is not None and frame % fc.refresh_every == 0
 
         cos, sin = self.rope_cos[p], self.rope_sin[p]
         sparse = state.sparse
@@ -775,20 +775,13 @@ class Decoder(nn.Module):
                     if want.shape != (b,) or want.dtype != torch.bool:
                         raise ValueError(f"replay rule of layer {li} returned {want.dtype} "
                                          f"{tuple(want.shape)}, expected bool ({b},)")
-                if refresh:
-                    force = torch.ones_like(want)
-                elif state.chain is not None:
-                    force = state.chain[li, index] >= fc.max_chain
-                else:
-                    force = None
-                if force is None:
-                    replay, forced = want, torch.zeros_like(want)
-                else:
-                    replay, forced = want & ~force, want & force
+                # The frame-0 rule and the drift guard: one rule, sw.quant.replay_guard.
+                chain = None if state.chain is None else state.chain[li, index]
+                replay, forced, new_chain = quant.replay_guard(
+                    want, frame, chain, refresh_every=fc.refresh_every, max_chain=fc.max_chain)
                 layer_forced.append(forced)
-                if state.chain is not None:
-                    chain = state.chain[li, index]
-                    chain.copy_(torch.where(replay, chain + 1, torch.zeros_like(chain)))
+                if chain is not None:
+                    chain.copy_(new_chain)
 
             # MLP on the rows that do not replay; replayed rows keep the cached output.
             if fc is None or frame is None:

@@ -281,3 +281,40 @@ def tas_threshold(tau: float, s_q: float, s_k: float, heads: int, head_dim: int,
 def replay_decision(score, threshold) -> np.ndarray:
     """The replay rule in integer form: replay where ``score >= threshold``."""
     return np.asarray(score, dtype=np.int64) >= np.int64(threshold)
+
+
+def replay_guard(want, frame: int, chain=None, *, refresh_every=None, max_chain=None):
+    """The replay decision of one group's rows: the frame-0 rule and the drift guard.
+
+    ``want`` (bool [B]) is :func:`replay_decision` of the rows; ``chain`` (int [B]) holds, per
+    row, how many times this (layer, in-frame index, row) replayed in a row up to the previous
+    frame (0 before frame 0; ``None`` when ``max_chain`` is ``None``). Works on numpy and torch
+    arrays alike (it only uses ``&``, ``~``, ``>=`` and ``*``)::
+
+        if frame == 0:                       # frame 0 always computes
+            replay = forced = False
+            chain  = 0
+        else:
+            force  = (refresh_every is not None and frame % refresh_every == 0)
+                     or (max_chain is not None and chain >= max_chain)
+            replay = want and not force
+            forced = want and force          # rows the guard made compute
+            chain  = chain + 1 if replay else 0
+
+    ``frame`` counts the generated frames from 0 (not from the last computed frame), so
+    ``refresh_every = K`` computes frames K, 2K, ...; ``max_chain = M`` allows exactly M
+    consecutive replays of one (layer, index, row), and the next frame computes (``M = 0``: never
+    replay). Returns ``(replay, forced, chain)``.
+    """
+    if frame == 0:
+        none = want & False
+        return none, none, None if chain is None else chain * 0
+    force = want & False
+    if refresh_every is not None and frame % refresh_every == 0:
+        force = ~force
+    elif max_chain is not None:
+        if chain is None:
+            raise ValueError("replay_guard: max_chain needs the chain counters")
+        force = chain >= max_chain
+    replay, forced = want & ~force, want & force
+    return replay, forced, None if chain is None or max_chain is None else (chain + 1) * replay

@@ -32,26 +32,20 @@ NEVER = quant.THRESHOLD_NEVER
 
 # ---------------------------------------------------------------- the software's rule
 def reference(rows, *, refresh=None, max_chain=None):
-    """(tas, replay) per row, from the software: ``sw.quant.tas_int`` and ``sw.quant.replay_decision``
-    for the score and the rule, the drift guard as ``sw/model.py`` applies it (refresh when
-    ``frame % refresh_every == 0``; ``chain[layer, index, row]`` forces at ``>= max_chain`` and
-    counts consecutive replays). Rows must come in decode order with frames 0, 1, 2, ..."""
+    """(tas, replay) per row, from the software's one rule: ``sw.quant.tas_int`` for the score,
+    ``sw.quant.replay_decision`` and ``sw.quant.replay_guard`` for the decision (frame 0 and the drift
+    guard), with a chain counter per (layer, index, row). Rows must come in decode order."""
     chain = {}
     out = []
     for r in rows:
         tas = int(quant.tas_int(np.reshape(r["q"], (1, -1)), np.reshape(r["k"], (1, -1))))
-        frame = r["frame"]
-        replay = False
-        if frame >= 1:
-            want = bool(quant.replay_decision(tas, r["threshold"]))
-            key = (r["layer"], r["index"], r["row"])
-            force = refresh is not None and frame % refresh == 0
-            if max_chain is not None and chain.get(key, 0) >= max_chain:
-                force = True
-            replay = want and not force
-            if max_chain is not None:
-                chain[key] = chain.get(key, 0) + 1 if replay else 0
-        out.append((tas, int(replay)))
+        key = (r["layer"], r["index"], r["row"])
+        want = quant.replay_decision(np.array([tas]), r["threshold"])
+        replay, _, c = quant.replay_guard(want, r["frame"], np.array([chain.get(key, 0)]),
+                                          refresh_every=refresh, max_chain=max_chain)
+        if c is not None:
+            chain[key] = int(c[0])
+        out.append((tas, int(replay[0])))
     return out
 
 
