@@ -23,6 +23,7 @@ Usage::
     python sw/export_trace.py                                   # decode trace of the shipped model
     python sw/export_trace.py --prompt "red square moves up" --tau -2 --frames 8 --out DIR --force
     python sw/export_trace.py --linear --out build/traces/gemm_tile --batch 32 --seed 3
+    python sw/export_trace.py --corners --out golden/corners --force   # the corner-case trace
 """
 
 from __future__ import annotations
@@ -290,6 +291,9 @@ def main(argv=None) -> int:
                          "writes a new int8.safetensors)")
     ap.add_argument("--seed", type=int, default=0, help="sampling seed (default: %(default)s)")
     ap.add_argument("--linear", action="store_true", help="write a single-layer GEMM trace instead")
+    ap.add_argument("--corners", action="store_true",
+                    help="write the directed corner-case trace instead (constructed integers, sw/corners.py; "
+                         "default --out build/traces/corners)")
     ap.add_argument("--tile", type=Path, default=None, help="--linear: tile geometry as JSON")
     ap.add_argument("--batch", type=int, default=16,
                     help="--linear: rows of activations (default: %(default)s)")
@@ -307,6 +311,14 @@ def main(argv=None) -> int:
             info = export_linear_trace(out, tile, batch=args.batch, seed=args.seed, force=args.force)
             print(f"wrote {info['out']}: {info['batch']} rows, tile {tile.to_dict()}, "
                   f"int8 vs float relative error {info['relative_error']:.4f}")
+            return 0
+        if args.corners:
+            from sw.corners import export_corner_trace
+
+            info = export_corner_trace(args.out or Path("build/traces/corners"), force=args.force)
+            counts = info["counts"]
+            print(f"wrote {info['out']}: {info['groups']} groups, {len(counts)} corner classes, each held "
+                  f"by {min(counts.values())} to {max(counts.values())} groups")
             return 0
         if args.threads < 1:
             raise TraceError(f"--threads must be at least 1, not {args.threads}")

@@ -39,6 +39,7 @@ from cocotbext.axi import AxiStreamBus, AxiStreamFrame, AxiStreamMonitor, AxiStr
 from hw.host import group_frames, trace_layers
 from sw import quant
 from sw.config import AccelConfig
+from sw.corners import REQUANT_CLASSES, group_rules
 from sw.decode_trace import load_decode_trace, select_groups
 from sw.perfmodel import trace_cycles
 from tb.cache import cached_array, cached_config_words
@@ -252,15 +253,22 @@ async def run_mode(dut, tr, cfg, groups, mode, seed, stall, log, *, reset=True, 
                           dtype=np.int8).reshape(B, y_bytes)[:, :d]
         user = np.array([beat_user(frame, b) for b in range(B)])
         if (user >> 1 != rows).any() or (user & 1 != want_r[g]).any() or (y != want_y[g]).any():
+            # A corner trace names the rules the group exercises (sw/corners.py).
+            rules = group_rules(tr.manifest, g)
+            decision = [r for r in rules if not r.startswith(REQUANT_CLASSES)]
+            requant = [r for r in rules if r.startswith(REQUANT_CLASSES)]
             for b in range(B):          # name the first row and element that differ
                 replay, row = user[b] & 1, user[b] >> 1
                 where = (f"{mode}: group {g} (layer {tr.group_layer[g]}, frame {tr.group_frame[g]}, "
                          f"position {tr.group_index[g]}), row {b}")
                 assert row == b, f"{where}: row {row} left in place of row {b}"
-                assert replay == want_r[g][b], f"{where}: replay bit {replay}, expected {want_r[g][b]}"
+                assert replay == want_r[g][b], (f"{where}: replay bit {replay}, expected {want_r[g][b]}"
+                                                + (f"; the group exercises {', '.join(decision)}"
+                                                   if decision else ""))
                 bad = np.flatnonzero(y[b] != want_y[g][b])
                 assert bad.size == 0, (f"{where}, element {bad[0]}: RTL {y[b][bad[0]]}, "
-                                       f"expected {want_y[g][b][bad[0]]}")
+                                       f"expected {want_y[g][b][bad[0]]}"
+                                       + (f"; the group exercises {', '.join(requant)}" if requant else ""))
         rows_out += B
         if n % 256 == 255:
             log.info("%s: %d of %d groups bit-exact", mode, n + 1, len(groups))
