@@ -79,8 +79,12 @@ def icarus_time0_fix(text: str) -> str:
     while i < len(lines):
         line = lines[i]
         stripped = line.strip()
-        if stripped.startswith("module ") and stripped.endswith(";"):
-            out += [line, "  reg icarus_t0 = 1'h0;", "  initial #0 icarus_t0 = 1'h1;"]
+        if stripped.startswith("module "):
+            # The header may run over several lines (long port lists): the trigger goes after it.
+            while not lines[i].rstrip().endswith(";"):
+                out.append(lines[i])
+                i += 1
+            out += [lines[i], "  reg icarus_t0 = 1'h0;", "  initial #0 icarus_t0 = 1'h1;"]
         elif stripped == "always @* begin":
             out.append(line + " if (icarus_t0) begin end")
         elif stripped == "always @*":

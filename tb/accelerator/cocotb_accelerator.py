@@ -117,6 +117,9 @@ class TB:
         # One list element per beat: the models never split a wide beat into byte lanes.
         self.y_sink = AxiStreamSink(self.bus["m_axis_y"], dut.clk, dut.rst, byte_size=width["m_axis_y"])
         self.x_mon = AxiStreamMonitor(self.bus["s_axis_x"], dut.clk, dut.rst, byte_size=width["s_axis_x"])
+        # The inputs idle until a driver takes them (Icarus starts every signal at X).
+        for p in ("s_axis_cfg", "s_axis_x"):
+            self.bus[p].tvalid.value = 0
         self.cfg_src = self.x_src = None
         self.stall = 0.0
         self.width = width
