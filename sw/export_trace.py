@@ -78,6 +78,12 @@ def export_linear_trace(out, tile: TileConfig = DEFAULT_TILE, *, batch: int = 16
     """Build a seeded ``torch.nn.Linear`` of the tile's shape, quantise it and write the trace."""
     import torch
 
+    from sw import budget
+
+    floats = batch * (tile.k_dim + tile.n_dim) * 8
+    budget.check(f"--batch {batch}", {"float rows (x, y)": 2 * floats,
+                                      "int8 rows and golden model": batch * (tile.k_dim + tile.n_dim) * 9},
+                 disk={"trace": batch * (tile.k_dim + tile.n_dim)}, out=out)
     torch.manual_seed(seed)
     layer = torch.nn.Linear(tile.k_dim, tile.n_dim, bias=False)
     # Activations like an MLP input after RMSNorm: roughly unit scale, with a few outliers.
@@ -159,6 +165,23 @@ def rollout(ckpt, ip, prompts, frames: int, *, fastcar, sparse=None, cfg_scale=D
     return [r for r in records if r.frame is not None], tokens, stats
 
 
+def check_decode_budget(mc, layout, out, *, batch: int, frames: int, float_bytes: int = 8) -> None:
+    """Refuse (:class:`sw.budget.BudgetError`, one line) a decode trace whose rollout or files would
+    not fit this machine's memory or the disk at ``out``, before anything is allocated."""
+    from sw import budget
+
+    groups = frames * mc.tokens_per_frame * mc.n_layers
+    dims = {"groups": groups, "batch": batch, "d_model": mc.d_model, "n_heads": mc.n_heads,
+            "head_dim": mc.head_dim}
+    trace = budget.decode_trace_bytes(**dims)
+    memory = {**budget.decode_memory(mc, batch=batch, frames=frames, prompt_len=layout.prompt_len,
+                                     float_bytes=float_bytes),
+              "recorded rollout": budget.recorder_bytes(**dims, float_bytes=float_bytes),
+              "trace arrays": trace}
+    budget.check(f"--frames {frames} ({batch} rows, {groups:,} groups)", memory, disk={"trace": trace},
+                 out=out)
+
+
 def export_decode_trace(out, *, checkpoint=None, prompts=None, frames: int = 8, tau=DEFAULT_TAU,
                         strict: bool = False, refresh_every=None, max_chain=None, sinks=None, window=None,
                         cfg_scale: float | None = DEFAULT_CFG, seed: int = 0, force: bool = False,
@@ -190,6 +213,8 @@ def export_decode_trace(out, *, checkpoint=None, prompts=None, frames: int = 8, 
         raise TraceError(f"--frames must be at least 2 (frame 0 is never replayed), not {frames}")
     ckpt = load_checkpoint(checkpoint or DEFAULT_CHECKPOINT)
     model, layout, mc = ckpt.model, ckpt.layout, ckpt.model.config
+    check_decode_budget(mc, layout, out, batch=len(prompts) * (2 if cfg_scale else 1), frames=frames,
+                        float_bytes=torch.empty((), dtype=dtype).element_size())
     taus = [float(tau)] * mc.n_layers if np.isscalar(tau) else [float(t) for t in tau]
     if len(taus) != mc.n_layers:
         raise TraceError(f"--tau: {len(taus)} values for {mc.n_layers} layers")

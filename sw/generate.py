@@ -29,9 +29,17 @@ from sw.checkpoint import DEFAULT_CHECKPOINT, CheckpointError, load_checkpoint
 def generate_videos(ckpt, prompts, *, frames=8, seed=0, cfg_scale=1.5, fastcar=None, sparse=None,
                     progress=True):
     """Decoded uint8 videos [len(prompts), frames, 64, 64, 3] and the decode statistics."""
+    from sw import budget
     from sw.model import generate
 
     layout = ckpt.layout
+    rows = len(prompts) * (2 if cfg_scale else 1)
+    pixels = len(prompts) * frames * 64 * 64 * 3
+    budget.check(f"--frames {frames} ({len(prompts)} prompts)",
+                 {**budget.decode_memory(ckpt.model.config, batch=rows, frames=frames,
+                                         prompt_len=layout.prompt_len,
+                                         float_bytes=ckpt.model.rope_cos.element_size()),
+                  "decoded videos and the grid image": 3 * pixels})
     cond, uncond = layout.prompt_batch(prompts)
     need = layout.prompt_len + frames * layout.tokens_per_frame
     ckpt.model.set_max_seq_len(max(ckpt.model.config.max_seq_len, need))

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -202,12 +203,29 @@ def trace_kind(d) -> str:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description="Validate a FastCar-HW trace directory.")
     ap.add_argument("trace", type=Path, help="trace directory (holds manifest.json)")
+    ap.add_argument("--sim-groups", default=None, metavar="SPEC",
+                    help="also refuse a simulation of these groups ('full' or 'first:N') that would not "
+                         "fit in memory with --processes simulators at once (what nox -s sim runs first)")
+    ap.add_argument("--processes", type=int, default=os.cpu_count() or 1,
+                    help="simulator processes at once (default: the number of CPUs, as pytest -n auto)")
     args = ap.parse_args(argv)
     try:
         if trace_kind(args.trace) == "fastcar_decode":
-            from sw.decode_trace import check_decode_trace, load_decode_trace
+            from sw.decode_trace import check_decode_trace, load_decode_trace, select_groups
 
             dt = load_decode_trace(args.trace)
+            if args.sim_groups is not None:
+                from sw import budget
+
+                try:
+                    sel = select_groups(dt, args.sim_groups)
+                except ValueError as e:
+                    raise TraceError(f"--groups: {e}") from None
+                d = dt.dims
+                row_bytes = d["d_model"] + 2 * d["n_heads"] * d["head_dim"] + 16
+                budget.check(f"--groups {args.sim_groups} ({len(sel):,} groups of {args.trace})",
+                             budget.sim_memory(args.trace, groups=len(sel), batch=d["batch"],
+                                               row_bytes=row_bytes, processes=args.processes))
             msg = check_decode_trace(dt)
             summary = (f"fastcar_decode, {dt.dims['groups']} groups x {dt.dims['batch']} rows, "
                        f"replay ratio {dt.manifest['replay_ratio']:.3f}")
@@ -215,7 +233,7 @@ def main(argv=None) -> int:
             tr = load_trace(args.trace)
             msg = check_golden(tr)
             summary = f"gemm_tile {tr.tile.to_dict()}, {tr.batch} rows"
-    except TraceError as e:
+    except (TraceError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     if msg:

@@ -11,6 +11,7 @@ and the field, no traceback, no output directory left behind and the input untou
 
 import hashlib
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -362,3 +363,53 @@ def test_bad_hf_checkpoint(hf_checkpoint, tmp_path, case):
 def test_good_hf_checkpoint_loads(hf_checkpoint):
     r = run("-m", "sw.hf_loader", hf_checkpoint)
     assert r.returncode == 0 and "ok, 2 layers, d_model 32, d_ff 64" in r.stdout, r.stderr
+
+
+# ------------------------------------------------------------------ work the machine cannot hold
+
+def test_export_of_100000_frames_is_refused_at_once(tmp_path):
+    """The shipped model with --frames 100000 (hundreds of GB) is refused before anything is
+    allocated: one line naming the argument, the estimate and the limit; nothing written."""
+    out = tmp_path / "out"
+    r = run("sw/export_trace.py", "--frames", "100000", "--out", out)
+    assert_one_clear_line(r, "--frames 100000", "of memory", "available", "nothing was written")
+    assert not out.exists() and list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("command", [
+    ["sw/export_trace.py", "--frames", "40"],
+    ["sw/generate.py", "--frames", "40", "--prompt", "red square moves right"],
+])
+def test_memory_limit_is_applied(tiny_ckpt, tmp_path, command):
+    """Under a lower memory limit (FASTCAR_MEMORY_LIMIT), a size that fits the machine is refused
+    the same way, so the refusal follows the limit and not a fixed number of frames."""
+    out = tmp_path / ("out" if "export" in command[0] else "grid.png")
+    env = {**os.environ, "FASTCAR_MEMORY_LIMIT": "64K"}
+    r = subprocess.run([sys.executable, *command, "--checkpoint", str(tiny_ckpt), "--out", str(out)],
+                       cwd=REPO, capture_output=True, text=True, timeout=600, env=env)
+    assert_one_clear_line(r, "--frames 40", "of memory", "64.0 KB available")
+    assert not out.exists()
+
+
+def test_linear_trace_batch_is_refused(tmp_path):
+    r = run("sw/export_trace.py", "--linear", "--batch", str(10**11), "--out", tmp_path / "g")
+    assert_one_clear_line(r, f"--batch {10**11}", "of memory")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_simulation_selection_is_refused(tmp_path):
+    """What nox -s sim runs first: the selection times the simulator processes against the limit."""
+    env = {**os.environ, "FASTCAR_MEMORY_LIMIT": "1M"}
+    r = subprocess.run([sys.executable, "-m", "sw.trace", "golden/fastcar", "--sim-groups", "full",
+                        "--processes", "2"], cwd=REPO, capture_output=True, text=True, timeout=600, env=env)
+    assert_one_clear_line(r, "--groups full (2,048 groups", "of memory", "1.0 MB available")
+    r = run("-m", "sw.trace", "golden/fastcar", "--sim-groups", "first:2", "--processes", "2")
+    assert r.returncode == 0, r.stderr
+
+
+def test_disk_budget_names_the_output(tmp_path):
+    from sw import budget
+
+    with pytest.raises(budget.BudgetError, match=r"--frames 9: writes about .* to .*out, which has .* free"):
+        budget.check("--frames 9", {"small": 1}, disk={"trace": 1 << 60}, out=tmp_path / "out")
+    budget.check("--frames 9", {"small": 1}, disk={"trace": 1}, out=tmp_path / "out")
