@@ -218,10 +218,13 @@ def gemm_case(tr: DecodeTrace, *, layer: int = 0, max_rows: int = 24):
 def select_groups(tr, spec: str) -> list[int]:
     """Groups of a decode trace: ``full`` is every group; ``first:N`` every group whose in-frame
     position is below N (all layers and frames; self-contained, since a position only replays its
-    own earlier outputs). :class:`ValueError` for any other ``spec``."""
+    own earlier outputs); ``first:N:F`` the same in frames below F only (a prefix of the decode, so
+    still self-contained). :class:`ValueError` for any other ``spec``."""
     if spec == "full":
         return list(range(len(tr.group_layer)))
-    kind, _, n = spec.partition(":")
-    if kind != "first" or not n.isdigit() or int(n) < 1:
-        raise ValueError(f"{spec!r}: expected 'full' or 'first:N' with N >= 1")
-    return [g for g in range(len(tr.group_layer)) if tr.group_index[g] < int(n)]
+    kind, *nums = spec.split(":")
+    if kind != "first" or len(nums) not in (1, 2) or not all(n.isdigit() and int(n) >= 1 for n in nums):
+        raise ValueError(f"{spec!r}: expected 'full', 'first:N' or 'first:N:F' with N, F >= 1")
+    n, f = int(nums[0]), int(nums[1]) if len(nums) == 2 else None
+    return [g for g in range(len(tr.group_layer))
+            if tr.group_index[g] < n and (f is None or tr.group_frame[g] < f)]

@@ -130,7 +130,7 @@ def test_first_positions_only(trace):
 
 @pytest.mark.parametrize("spec", ["first", "first:0", "last:3", "all"])
 def test_bad_group_spec(trace, spec):
-    with pytest.raises(BoardError, match="expected 'full' or 'first:N'"):
+    with pytest.raises(BoardError, match="expected 'full', 'first:N' or 'first:N:F'"):
         select_groups(trace, spec)
 
 

@@ -110,3 +110,16 @@ def test_ties_of_every_stage_reach_the_output(stage, rounding, committed):
         if not np.array_equal(y, tr.y[g][comp]):
             return
     pytest.fail(f"no output of the corner trace depends on the tie rule of stage {stage}")
+
+
+def test_group_selection_with_a_frame_limit(committed):
+    """``first:N:F``: positions < N in frames < F, in decode order; bad specs are refused."""
+    from sw.decode_trace import select_groups
+
+    g = select_groups(committed, "first:1:4")
+    assert len(g) == 16 and g == sorted(g)
+    assert all(committed.group_index[i] == 0 and committed.group_frame[i] < 4 for i in g)
+    assert select_groups(committed, "first:2") == select_groups(committed, "first:2:8")
+    for bad in ("first:0", "first:1:0", "first:1:2:3", "first:x", "last:2"):
+        with pytest.raises(ValueError, match="first:N:F"):
+            select_groups(committed, bad)

@@ -3,14 +3,15 @@
 
 ``FASTCAR_ACCEL``    accelerator config as JSON (must match the Verilog that was built)
 ``FASTCAR_TRACE``    decode trace directory
-``FASTCAR_GROUPS``   ``full`` or ``first:N`` (every group whose in-frame position is < N: all
-                     layers and frames, and self-contained because a position only ever replays
-                     its own earlier outputs)
+``FASTCAR_GROUPS``   ``full``, ``first:N`` or ``first:N:F`` (every group whose in-frame position
+                     is < N, in frames < F: all layers, and self-contained because a position only
+                     ever replays its own earlier outputs)
 ``FASTCAR_SEED``     seed of the idle/backpressure generators
 ``FASTCAR_STALL``    probability of an idle cycle on the inputs and of backpressure on the output
 ``FASTCAR_MODES``    comma-separated runs: ``drs``, ``chunk_rr`` (chunk round-robin), ``static``,
                      ``dense`` (tau = +inf, no replay; DRS)
 ``FASTCAR_REPORT``   JSON file to write the measured cycles into
+``FASTCAR_LOG_EVERY`` a progress line every N groups (default 256)
 
 The testbench has no Python that runs on every clock cycle unless the run asks for random stalls
 (docs/verification.md, "Simulation speed"):
@@ -47,6 +48,8 @@ from tb.runner import design_key
 from tb.stalls import random_pauses
 
 CLOCK_NS = 10
+#: Progress line every this many groups (``FASTCAR_LOG_EVERY``).
+LOG_EVERY = max(1, int(os.environ.get("FASTCAR_LOG_EVERY", "256")))
 
 
 class BeatDriver:
@@ -117,9 +120,11 @@ class TB:
         # One list element per beat: the models never split a wide beat into byte lanes.
         self.y_sink = AxiStreamSink(self.bus["m_axis_y"], dut.clk, dut.rst, byte_size=width["m_axis_y"])
         self.x_mon = AxiStreamMonitor(self.bus["s_axis_x"], dut.clk, dut.rst, byte_size=width["s_axis_x"])
-        # The inputs idle until a driver takes them (Icarus starts every signal at X).
+        # The inputs idle until a driver takes them (Icarus starts every signal at X, and the
+        # accelerator's s_axis_x.tready depends on the row field of tdata).
         for p in ("s_axis_cfg", "s_axis_x"):
             self.bus[p].tvalid.value = 0
+            self.bus[p].tdata.value = 0
         self.cfg_src = self.x_src = None
         self.stall = 0.0
         self.width = width
@@ -273,7 +278,7 @@ async def run_mode(dut, tr, cfg, groups, mode, seed, stall, log, *, reset=True, 
                                        f"expected {want_y[g][b][bad[0]]}"
                                        + (f"; the group exercises {', '.join(requant)}" if requant else ""))
         rows_out += B
-        if n % 256 == 255:
+        if n % LOG_EVERY == LOG_EVERY - 1:
             log.info("%s: %d of %d groups bit-exact", mode, n + 1, len(groups))
     await feed
     await ClockCycles(dut.clk, 50)

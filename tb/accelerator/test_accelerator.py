@@ -174,23 +174,27 @@ def test_planted_mismatches_are_caught(tmp_path, request):
         assert ("row 2, element 17" in msg if what == "y" else "row 1: replay bit" in msg), msg
 
 
-@pytest.mark.parametrize("sim", ["verilator", "icarus"])
+@pytest.mark.parametrize("sim", ["verilator",
+                                 # its own group: in the test suite it runs beside the Verilator runs
+                                 pytest.param("icarus", marks=pytest.mark.xdist_group("icarus"))])
 def test_corner_trace(sim, request, record_property):
     """The corner-case trace (golden/corners: every tie, saturation and replay boundary), whole,
     bit-exact under random idle and backpressure, on Verilator and on Icarus."""
     if sim not in available_simulators():
         pytest.skip(f"{sim} is not installed (.ci/run installs Icarus where it can)")
     seed, stall = request.config.getoption("--seed"), request.config.getoption("--stall")
-    # Icarus runs this design at a few hundred cycles per second, so it takes position 0 of every
-    # frame and layer (32 groups).
-    groups = "full" if sim == "verilator" else "first:1"
+    # Icarus runs this design at a few hundred cycles per second (and about 100 under stalls, with
+    # a Python callback per cycle), so it takes position 0 of frames 0-3 of every layer (16 groups:
+    # ties in every stage, TAS at T - 1 / T / T + 1, a chain of max_chain forced, tau = +-inf)
+    # without stalls.
+    groups, stall = ("full", stall) if sim == "verilator" else ("first:1:4", 0.0)
     rep = run(DEFAULT_ACCEL, {"FASTCAR_TRACE": str(CORNERS), "FASTCAR_GROUPS": groups,
                               "FASTCAR_SEED": str(seed), "FASTCAR_STALL": str(stall), "FASTCAR_MODES": "drs"},
               f"corners-{sim}", sim=sim)
     m = rep["modes"]["drs"]
     if sim == "verilator":
         record_property("fastcar_run", summary(CORNERS, groups, rep, "drs", seed))
-    assert m["rows_checked"] == 4 * len(rep["groups"]) == (512 if groups == "full" else 128)
+    assert m["rows_checked"] == 4 * len(rep["groups"]) == (512 if groups == "full" else 64)
     print(f"\ncorner trace on {sim}: {len(rep['groups'])} groups bit-exact under stalls (p={stall}), "
           f"{m['rows_replayed']} rows replayed, {m['rows_computed']} computed")
 
