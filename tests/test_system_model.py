@@ -69,6 +69,7 @@ def test_command_writes_report_and_plot(tmp_path):
     rep = json.loads((tmp_path / "s" / "report.json").read_text())
     assert len(rep["end_to_end"]) == 8 and (tmp_path / "s" / "endtoend.png").stat().st_size > 1000
     bad = subprocess.run([sys.executable, "-m", "sw.system_model", "--trace", str(tmp_path / "none"),
-                          "--out", str(tmp_path / "t")], cwd=REPO, capture_output=True, text=True, timeout=300)
+                          "--out", str(tmp_path / "t")], cwd=REPO, capture_output=True, text=True,
+                         timeout=300)
     assert bad.returncode == 1 and len(bad.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "t").exists()
