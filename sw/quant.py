@@ -171,10 +171,10 @@ def quantize_activation(x: np.ndarray, scale: float) -> np.ndarray:
     return saturate_int8(np.rint(np.asarray(x, dtype=np.float64) / scale))
 
 
-def scale_to_mult_shift(scale) -> tuple[np.ndarray, np.ndarray]:
+def scale_to_mult_shift(scale, *, shift_max: int = SHIFT_MAX) -> tuple[np.ndarray, np.ndarray]:
     """Express positive float scales as ``mult * 2**-shift`` with ``mult < 2**MULT_BITS``.
 
-    The shift is the largest in ``[0, SHIFT_MAX]`` that keeps ``mult`` within ``MULT_BITS`` bits,
+    The shift is the largest in ``[0, shift_max]`` that keeps ``mult`` within ``MULT_BITS`` bits,
     which keeps the most precision.
     """
     scale = np.atleast_1d(np.asarray(scale, dtype=np.float64))
@@ -184,7 +184,7 @@ def scale_to_mult_shift(scale) -> tuple[np.ndarray, np.ndarray]:
     shift = np.zeros(scale.shape, dtype=np.int64)
     for idx, s in np.ndenumerate(scale):
         best = None
-        for sh in range(SHIFT_MAX, -1, -1):
+        for sh in range(shift_max, -1, -1):
             m = int(round(s * (1 << sh)))
             if 0 < m <= MULT_MAX:
                 best = (m, sh)
@@ -318,3 +318,131 @@ def replay_guard(want, frame: int, chain=None, *, refresh_every=None, max_chain=
         force = chain >= max_chain
     replay, forced = want & ~force, want & force
     return replay, forced, None if chain is None or max_chain is None else (chain + 1) * replay
+
+
+# --- the rest of the decoder layer (the whole decode step on chip; docs/quantization.md) -------
+
+#: Fixed-point bits of the RoPE tables and of the reciprocal square root.
+ROPE_BITS = 14
+RSQRT_BITS = 30
+#: The softmax's exponent: base 2, Q16 exponents, a 256-entry table of 2**(-f/256) in Q15.
+EXP_FRAC_BITS = 16
+EXP_TABLE_BITS = 8
+EXP_ONE = 1 << 15
+#: The residual stream is int32 (it never comes near the bounds; adds saturate there).
+RESIDUAL_BITS = 32
+
+
+def saturate(q, bits: int) -> np.ndarray:
+    """Clip to the signed ``bits``-bit range (int64 result)."""
+    lo, hi = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
+    return np.clip(np.asarray(q, dtype=np.int64), lo, hi)
+
+
+def requant_wide(acc, mult, shift, bits: int = RESIDUAL_BITS) -> np.ndarray:
+    """:func:`requantize`'s rounding (ties to even) into a ``bits``-wide signed result: the
+    attention's and the MLP's contributions to the residual stream."""
+    acc = np.asarray(acc, dtype=np.int64)
+    mult = _as_int64(mult, "mult", 0, MULT_MAX)
+    shift = _as_int64(shift, "shift", 0, SHIFT_MAX)
+    acc, mult, shift = np.broadcast_arrays(acc, mult, shift)
+    return saturate(round_shift_rne(acc * mult, shift), bits)
+
+
+def div_rne(n, d) -> np.ndarray:
+    """``n / d`` rounded to nearest, ties to even, for integers ``n`` and ``d > 0``."""
+    n, d = np.broadcast_arrays(np.asarray(n, dtype=np.int64), np.asarray(d, dtype=np.int64))
+    if (d <= 0).any():
+        raise QuantError("div_rne: the divisor must be positive")
+    q = n // d
+    r2 = 2 * (n - q * d)
+    return q + ((r2 > d) | ((r2 == d) & (q % 2 == 1))).astype(np.int64)
+
+
+def rsqrt_int(D) -> np.ndarray:
+    """``floor(2**RSQRT_BITS / sqrt(D))`` exactly, for integers ``D >= 1``:
+    ``isqrt(floor(2**(2 * RSQRT_BITS) / D))`` (an integer square root and an integer division)."""
+    import math
+
+    D = np.asarray(D, dtype=np.int64)
+    if (D < 1).any():
+        raise QuantError("rsqrt_int: D must be at least 1")
+    return np.array([math.isqrt((1 << (2 * RSQRT_BITS)) // int(v)) for v in D.ravel()],
+                    dtype=np.int64).reshape(D.shape)
+
+
+def rmsnorm_int(r, mult, shift, eps: int) -> np.ndarray:
+    """RMSNorm of int32 residual rows ``r`` [..., d] to int8::
+
+        D   = sum(r * r) + d * eps                (eps: the float eps in residual units squared)
+        inv = floor(2**30 / sqrt(D))              (rsqrt_int)
+        y   = saturate8(round_half_even(r * inv * mult / 2**(30 + shift)))
+
+    ``mult * 2**-shift`` per channel is ``gamma * sqrt(d) * s_r / s_out`` / ``s_r``: the norm's
+    weight and the output scale (``shift <= 33``, so the total shift stays below 64).
+    """
+    r = np.asarray(r, dtype=np.int64)
+    d = r.shape[-1]
+    D = (r * r).sum(-1) + d * int(eps)
+    inv = rsqrt_int(np.maximum(D, 1))[..., None]
+    shift = np.asarray(shift, dtype=np.int64)
+    if shift.size and int(shift.max()) > SHIFT_MAX - RSQRT_BITS:
+        raise QuantError(f"rmsnorm_int: shift {int(shift.max())} above {SHIFT_MAX - RSQRT_BITS}")
+    mult = _as_int64(mult, "mult", 0, MULT_MAX)
+    return saturate_int8(round_shift_rne(r * inv * mult, RSQRT_BITS + shift))
+
+
+def rope_tables_int(cos, sin) -> tuple[np.ndarray, np.ndarray]:
+    """int16 RoPE tables ``C = rint(cos * 2**14)``, ``S = rint(sin * 2**14)`` [positions, head_dim / 2]
+    from float tables whose two halves repeat (HF LLaMA's layout). Built once, then integers."""
+    cos, sin = np.asarray(cos, np.float64), np.asarray(sin, np.float64)
+    h = cos.shape[-1] // 2
+    return (np.rint(cos[..., :h] * (1 << ROPE_BITS)).astype(np.int16),
+            np.rint(sin[..., :h] * (1 << ROPE_BITS)).astype(np.int16))
+
+
+def rope_int(x, C, S) -> np.ndarray:
+    """Rotate int8 ``x`` [..., head_dim] (halves ``x1``, ``x2``) by one position's tables ``C``,
+    ``S`` [head_dim / 2]: ``(x1 C - x2 S, x2 C + x1 S) / 2**14``, rounded half to even, saturated
+    to int8."""
+    x = np.asarray(x, dtype=np.int64)
+    h = x.shape[-1] // 2
+    x1, x2 = x[..., :h], x[..., h:]
+    C, S = np.asarray(C, np.int64), np.asarray(S, np.int64)
+    out = np.concatenate([x1 * C - x2 * S, x2 * C + x1 * S], axis=-1)
+    return saturate_int8(round_shift_rne(out, ROPE_BITS))
+
+
+def exp2_table() -> np.ndarray:
+    """``T[f] = rint(2**15 * 2**(-f / 256))`` for f in 0..255 (int32): the softmax's exponent table."""
+    f = np.arange(1 << EXP_TABLE_BITS, dtype=np.float64)
+    return np.rint(EXP_ONE * np.exp2(-f / (1 << EXP_TABLE_BITS))).astype(np.int32)
+
+
+def softmax_av_int(scores, v, a_exp: int, table) -> tuple[np.ndarray, np.ndarray]:
+    """Integer softmax-weighted sum of ``v`` over the attended positions.
+
+    ``scores`` int [..., P] (``q . k`` per head), ``v`` int8 [..., P, head_dim], ``a_exp`` the
+    exponent constant ``rint(s_q s_k / sqrt(head_dim) * log2(e) * 2**16)``::
+
+        t = (max(scores) - scores) * a_exp          (>= 0: the exponent, Q16, base 2, negated)
+        e = table[(t >> 8) & 255] >> (t >> 16)      (2**(-t / 2**16) in Q15; 0 beyond 63 halvings)
+        E = sum(e)                                  (>= 2**15: the maximum contributes table[0])
+        o = sum(e * v)                              (int64)
+
+    Returns ``(o [..., head_dim], E [...])``; the attention output is ``o / E`` in ``v``'s units.
+    """
+    s = np.asarray(scores, dtype=np.int64)
+    t = (s.max(-1, keepdims=True) - s) * int(a_exp)
+    n = np.minimum(t >> EXP_FRAC_BITS, 63)
+    frac = (t >> (EXP_FRAC_BITS - EXP_TABLE_BITS)) & ((1 << EXP_TABLE_BITS) - 1)
+    e = np.asarray(table, np.int64)[frac] >> n
+    o = (e[..., None] * np.asarray(v, np.int64)).sum(-2)
+    return o, e.sum(-1)
+
+
+def attention_out_int(o, E, mult, shift) -> np.ndarray:
+    """``saturate8(div_rne(o * mult, E * 2**shift))``: the normalised attention output in int8 at
+    the o-projection's input scale (``mult * 2**-shift = s_v / s_a``)."""
+    E = np.asarray(E, dtype=np.int64)[..., None]
+    return saturate_int8(div_rne(np.asarray(o, np.int64) * int(mult), E << int(shift)))
