@@ -102,3 +102,31 @@ def test_the_check_fails_on_a_page_with_another_rule(ns):
         bad: dict = {}
         exec(compile("\n\n".join(blocks), "mutated", "exec"), bad)   # noqa: S102
         assert reproduce(tr, range(tr.dims["groups"]), bad) is not None, new
+
+
+def test_page_states_the_decoder_layer_rules_as_the_code_does(ns):
+    """The page's RMSNorm, RoPE, softmax and division against sw.quant's, on random integers."""
+    import numpy as np
+
+    from sw import quant
+
+    rng = np.random.default_rng(3)
+    for _ in range(20):
+        n, d = int(rng.integers(-10**7, 10**7)), int(rng.integers(1, 999))
+        assert ns["div_rne"](n, d) == int(quant.div_rne(n, d))
+    for (n, d) in ((5, 2), (7, 2), (-5, 2), (-7, 2)):
+        assert ns["div_rne"](n, d) == int(quant.div_rne(n, d))
+    r = rng.integers(-30000, 30000, size=(4, 96))
+    mult, shift = rng.integers(1, 65536, size=96), rng.integers(0, 34, size=96)
+    want = quant.rmsnorm_int(r, mult, shift, eps=7)
+    for b in range(4):
+        assert ns["rmsnorm"](r[b].tolist(), mult.tolist(), shift.tolist(), 7) == want[b].tolist()
+    x = rng.integers(-128, 128, size=24)
+    C, S = rng.integers(-(1 << 14), (1 << 14) + 1, size=(2, 12))
+    assert ns["rope"](x.tolist(), C.tolist(), S.tolist()) == quant.rope_int(x, C, S).tolist()
+    table = quant.exp2_table()
+    scores, v = rng.integers(-5000, 5000, size=37), rng.integers(-128, 128, size=(37, 24))
+    o, E = quant.softmax_av_int(scores, v, 311, table)
+    o2, E2 = ns["softmax_av"](scores.tolist(), v.tolist(), 311, table.tolist())
+    assert o2 == o.tolist() and E2 == int(E)
+    assert ns["attention_out"](o2, E2, 40000, 3) == quant.attention_out_int(o, E, 40000, 3).tolist()
