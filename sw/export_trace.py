@@ -316,6 +316,9 @@ def main(argv=None) -> int:
                          "writes a new int8.safetensors)")
     ap.add_argument("--seed", type=int, default=0, help="sampling seed (default: %(default)s)")
     ap.add_argument("--linear", action="store_true", help="write a single-layer GEMM trace instead")
+    ap.add_argument("--full-step", action="store_true",
+                    help="write a full-step trace instead: the whole decode step in integers (sw/golden_step.py), "
+                         "block by block (default --out build/traces/full_step)")
     ap.add_argument("--corners", action="store_true",
                     help="write the directed corner-case trace instead (constructed integers, sw/corners.py; "
                          "default --out build/traces/corners)")
@@ -336,6 +339,17 @@ def main(argv=None) -> int:
             info = export_linear_trace(out, tile, batch=args.batch, seed=args.seed, force=args.force)
             print(f"wrote {info['out']}: {info['batch']} rows, tile {tile.to_dict()}, "
                   f"int8 vs float relative error {info['relative_error']:.4f}")
+            return 0
+        if args.full_step:
+            from sw.full_step_trace import export_full_step
+
+            taus = [float(v) for v in args.tau.split(",")]
+            info = export_full_step(args.out or Path("build/traces/full_step"), checkpoint=args.checkpoint,
+                                    prompts=args.prompt, frames=args.frames, tau=taus[0], sinks=args.sinks,
+                                    window=args.sparse_window, cfg_scale=args.cfg or None, seed=args.seed,
+                                    force=args.force)
+            print(f"wrote {info['out']}: {info['steps']} steps x {info['batch']} rows of the whole decode step "
+                  "in integers (python -m sw.trace verifies it)")
             return 0
         if args.corners:
             from sw.corners import export_corner_trace

@@ -173,16 +173,28 @@ def calibrate_step(model, ip, prompt_tokens, frames: int, *, uncond=None, cfg_sc
 
 
 class IntegerDecoder:
-    """Duck-typed :class:`sw.model.Decoder` for :func:`sw.model.generate`: the whole step in integers."""
+    """Duck-typed :class:`sw.model.Decoder` for :func:`sw.model.generate`: the whole step in integers.
 
-    def __init__(self, model, consts: StepConsts, ip):
-        self.model, self.c, self.ip = model, consts, ip
-        self.config = model.config
-        self.embed_tokens = model.embed_tokens
+    ``thresholds``: the integer TAS threshold of every layer (for FastCar; the ``tau`` of the
+    decode state's FastCar settings is not read). With ``record`` a list, every step appends what
+    the full-step trace holds (:mod:`sw.full_step_trace`).
+    """
 
-    def new_state(self, batch_size, **kw):
-        st = self.model.new_state(batch_size, **kw)
+    def __init__(self, config, consts: StepConsts, thresholds, *, record: list | None = None):
+        import types
+
+        self.c, self.thresholds, self.record = consts, [int(t) for t in thresholds], record
+        self.config = config
+        self.embed_tokens = types.SimpleNamespace(weight=torch.zeros(1))
+
+    def new_state(self, batch_size, *, capacity=None, fastcar=None, sparse=None, recorder=None, frames=8,
+                  frame_start=None):
+        from sw.model import DecodeState
+
         cfg = self.config
+        st = DecodeState(cfg, batch_size, capacity or cfg.max_seq_len, fastcar=fastcar, sparse=sparse,
+                         recorder=None, frames=frames, frame_start=frame_start, dtype=torch.float32,
+                         device=torch.device("cpu"))
         shape = (batch_size, cfg.n_heads, st.capacity, cfg.head_dim)
         st.ik = [np.zeros(shape, np.int64) for _ in self.c.layers]
         st.iv = [np.zeros_like(st.ik[0]) for _ in self.c.layers]
@@ -211,7 +223,12 @@ class IntegerDecoder:
         fc, sparse = state.fastcar, state.sparse
         replaying = fc is not None and frame is not None and frame >= 1
         rows_rep, rows_forced, rows_tas = [], [], []
+        rec = None if self.record is None else {
+            "token": np.asarray(token, np.int64), "pos": p,
+            **{k: [] for k in ("r_in", "q", "k", "v", "attn", "r_mid", "m", "tas", "replay", "y", "r_out")}}
         for li, L in enumerate(c.layers):
+            if rec is not None:
+                rec["r_in"].append(r.copy())
             xn = quant.rmsnorm_int(r, *L.n1, c.eps)
             q = quant.requantize(quant.matmul_int(xn, L.wq), *L.q).reshape(B, H, dh)
             k = quant.requantize(quant.matmul_int(xn, L.wk), *L.k).reshape(B, H, dh)
@@ -229,11 +246,14 @@ class IntegerDecoder:
             a = quant.attention_out_int(o, E, *L.a_out).reshape(B, H * dh)
             r = quant.saturate(r + quant.requant_wide(quant.matmul_int(a, L.wo), *L.o), quant.RESIDUAL_BITS)
             m_in = quant.rmsnorm_int(r, *L.n2, c.eps)
+            if rec is not None:
+                for key, val in (("q", q), ("k", k), ("v", v), ("attn", a), ("r_mid", r.copy()), ("m", m_in)):
+                    rec[key].append(val)
             # FastCar: the TAS against the same position one frame earlier, the one replay rule.
             replay = np.zeros(B, bool)
             if fc is not None and frame is not None and frame >= 1:
                 tas = quant.tas_int(q, state.ik[li][:, :, p - cfg.tokens_per_frame])
-                want = quant.replay_decision(tas, self.ip.threshold(li, state.taus[li], strict=fc.strict))
+                want = quant.replay_decision(tas, self.thresholds[li])
                 chain = state.ichain[li, index] if fc.max_chain is not None else None
                 replay, forced, new = quant.replay_guard(want, frame, chain, refresh_every=fc.refresh_every,
                                                          max_chain=fc.max_chain)
@@ -256,6 +276,12 @@ class IntegerDecoder:
             state.mlp_rows[li] += n_keep
             state.step_rows[li] += B
             r = quant.saturate(r + quant.requant_wide(y, *L.y), quant.RESIDUAL_BITS)
+            if rec is not None:
+                rec["tas"].append(quant.tas_int(q, state.ik[li][:, :, p - cfg.tokens_per_frame])
+                                  if frame is not None and frame >= 1 else np.zeros(B, np.int64))
+                rec["replay"].append(replay.astype(np.uint8))
+                rec["y"].append(np.asarray(y, np.int8))
+                rec["r_out"].append(r.copy())
         state.pos = p + 1
         if frame is not None:
             state._ensure_frame(frame)
@@ -266,6 +292,9 @@ class IntegerDecoder:
                 state._tas[:, frame, index] = torch.stack(rows_tas)
         xf = quant.rmsnorm_int(r, *c.nf, c.eps)
         acc = quant.matmul_int(xf, c.head)
+        if rec is not None:
+            rec["logits"] = acc
+            self.record.append(rec)
         return torch.as_tensor(acc * c.head_scale, dtype=torch.float32)
 
 
@@ -292,7 +321,9 @@ def step_vs_float(ckpt, prompts, *, frames: int = 8, cfg_scale: float = 1.5, see
               sparse=sparse)
     with torch.no_grad():
         f_tok, _ = generate(model, cond, frames, **kw)
-        i_tok, stats = generate(IntegerDecoder(model, consts, ip), cond, frames, **kw)
+        th = [ip.threshold(li, fastcar.layer_taus(len(consts.layers))[li], strict=fastcar.strict)
+              if fastcar is not None else quant.THRESHOLD_NEVER for li in range(len(consts.layers))]
+        i_tok, stats = generate(IntegerDecoder(model.config, consts, th), cond, frames, **kw)
     f_vid = [ckpt.tokenizer.decode(t.numpy()) for t in f_tok]
     i_vid = [ckpt.tokenizer.decode(t.numpy()) for t in i_tok]
 

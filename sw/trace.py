@@ -210,7 +210,14 @@ def main(argv=None) -> int:
                     help="simulator processes at once (default: the number of CPUs, as pytest -n auto)")
     args = ap.parse_args(argv)
     try:
-        if trace_kind(args.trace) == "fastcar_decode":
+        if trace_kind(args.trace) == "fastcar_full_step":
+            from sw.full_step_trace import check_full_step, load_full_step
+
+            ft = load_full_step(args.trace)
+            msg = check_full_step(ft)
+            summary = (f"fastcar_full_step, {ft.manifest['dims']['steps']} steps x "
+                       f"{ft.manifest['dims']['layers']} layers x {ft.manifest['dims']['batch']} rows")
+        elif trace_kind(args.trace) == "fastcar_decode":
             from sw.decode_trace import check_decode_trace, load_decode_trace, select_groups
 
             dt = load_decode_trace(args.trace)
