@@ -355,7 +355,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description="The integer whole decode step against float.")
     ap.add_argument("--prompts", type=int, default=24)
     ap.add_argument("--tau", type=float, default=None, help="FastCar threshold (default: dense)")
-    ap.add_argument("--window", type=int, default=None, help="sparse attention window (with 4 sinks)")
+    ap.add_argument("--window", type=int, default=None, help="sparse attention window")
+    ap.add_argument("--sinks", type=int, default=5, help="sparse attention sinks (default: the prompt's 5)")
     ap.add_argument("--frames", type=int, default=8)
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
@@ -366,7 +367,7 @@ def main(argv=None) -> int:
                                    ckpt.layout.prompt_len + args.frames * ckpt.layout.tokens_per_frame))
     res = step_vs_float(ckpt, prompts, frames=args.frames, calibration=calibration_prompts(),
                         fastcar=FastCarConfig(tau=args.tau) if args.tau is not None else None,
-                        sparse=SparseConfig(sinks=4, window=args.window) if args.window else None)
+                        sparse=SparseConfig(sinks=args.sinks, window=args.window) if args.window else None)
     json.dump(res, sys.stdout, indent=1)
     print()
     return 0

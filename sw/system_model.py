@@ -48,7 +48,7 @@ class System:
     sdram_efficiency: float = 0.7      # bursts, row misses and refresh (assumed)
     link_baud: int = 3_000_000         # the FTDI UART of the ULX3S, 10 bits per byte
     token_bytes: int = 2               # one token id per prompt and step on the link
-    sinks: int = 4                     # sparse attention: sink positions
+    sinks: int = 5                     # sparse attention: sink positions (the whole 5-token prompt)
     window: int = 65                   # sparse attention window; >= tokens_per_frame + 1 so k(p - N) stays
 
     @property
