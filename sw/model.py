@@ -933,6 +933,12 @@ def generate(model: Decoder, prompt_tokens: torch.Tensor, frames: int, *, temper
         raise ValueError("uncond_prompt_tokens given without cfg_scale")
 
     device = model.embed_tokens.weight.device
+    # Every caller (sweeps, reports, golden models) is refused in one line before the KV cache exists.
+    from sw import budget
+
+    budget.check(f"frames={frames} ({rows.shape[0]} rows)",
+                 budget.decode_memory(cfg, batch=rows.shape[0], frames=frames, prompt_len=prompt_len,
+                                      float_bytes=model.embed_tokens.weight.element_size()))
     state = model.new_state(rows.shape[0], capacity=total, fastcar=fastcar, sparse=sparse, recorder=recorder,
                             frames=frames)
     generator = torch.Generator().manual_seed(seed)

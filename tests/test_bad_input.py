@@ -413,3 +413,19 @@ def test_disk_budget_names_the_output(tmp_path):
     with pytest.raises(budget.BudgetError, match=r"--frames 9: writes about .* to .*out, which has .* free"):
         budget.check("--frames 9", {"small": 1}, disk={"trace": 1 << 60}, out=tmp_path / "out")
     budget.check("--frames 9", {"small": 1}, disk={"trace": 1}, out=tmp_path / "out")
+
+
+def test_generate_refuses_before_the_kv_cache(tiny_ckpt, monkeypatch):
+    """sw.model.generate, which every sweep and report calls, checks the same budget itself."""
+    from sw import budget, data
+    from sw.checkpoint import load_checkpoint
+    from sw.model import generate
+
+    ck = load_checkpoint(tiny_ckpt)
+    cond, uncond = ck.layout.prompt_batch(data.DEFAULT_PROMPTS[:1])
+    monkeypatch.setenv("FASTCAR_MEMORY_LIMIT", "16K")
+    with pytest.raises(budget.BudgetError, match=r"frames=2 \(2 rows\): needs about .* of memory"):
+        generate(ck.model, cond, 2, cfg_scale=1.5, uncond_prompt_tokens=uncond, progress=False)
+    monkeypatch.delenv("FASTCAR_MEMORY_LIMIT")
+    tokens, _ = generate(ck.model, cond, 2, cfg_scale=1.5, uncond_prompt_tokens=uncond, progress=False)
+    assert tokens.shape[:2] == (1, 2)
