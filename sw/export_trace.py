@@ -44,7 +44,7 @@ from sw.trace import TraceError, write_gemm_trace
 #: Default batch: two prompts, each with its conditional and unconditional (CFG) row.
 DEFAULT_EXPORT_PROMPTS = 2
 DEFAULT_CFG = 1.5
-#: The default threshold; see the README ("How the default tau was chosen").
+#: The default threshold; see docs/fastcar.md ("The default tau is -1.5").
 DEFAULT_TAU = -1.5
 
 

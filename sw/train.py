@@ -43,7 +43,7 @@ from sw.tokens import TokenLayout
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_OUT = REPO / "sw" / "checkpoints" / "default"
 
-#: The shipped model's size (see the README for why it is this small).
+#: The shipped model's size (see docs/model.md for why it is this small).
 MODEL_DEFAULTS = SHIPPED_MODEL
 
 
