@@ -5,6 +5,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from hw.dispatcher import Dispatcher
+from hw.layouts import COUNTER_BITS, FRAME_BITS, ctrl_layout, out_user_layout, row_in_layout
 from hw.mlp_core import MlpCore
 from hw.packet_arbiter import PacketArbiter
 from hw.reducer import Reducer
@@ -13,27 +14,18 @@ from hw.replay_cache import ReplayCache
 from hw.requant import params_layout
 from hw.swiglu_gate import h_params_layout, lut_load_layout
 from hw.systolic_array import weight_layout
-from hw.tas_unit import THRESHOLD_BITS, TasUnit
+from hw.tas_unit import TasUnit
 from hw.widths import index_bits
 from sw.config import AccelConfig
 
 __all__ = ["Accelerator", "Target", "row_in_layout", "cfg_layout", "ctrl_layout", "out_user_layout",
            "COUNTER_BITS"]
 
-COUNTER_BITS = 40
-FRAME_BITS = 8
 
 
 class Target:
     """``target`` codes of configuration words."""
     WG, WU, WD, RQG, RQU, RQD, LUT, H, CTRL = range(9)
-
-
-def ctrl_layout():
-    """The control word: scheduling mode (``static``; ``chunk_rr``: chunk round-robin instead of DRS
-    when not static, last so that the earlier fields keep their bit positions) and the drift guard."""
-    return data.StructLayout({"static": 1, "refresh_en": 1, "refresh_every": FRAME_BITS,
-                              "max_chain_en": 1, "max_chain": 8, "chunk_rr": 1})
 
 
 def cfg_layout(cfg: AccelConfig):
@@ -49,26 +41,6 @@ def cfg_layout(cfg: AccelConfig):
     banks = cfg.layers * cfg.chunks
     depth = max(banks * t.weight_depth for t in tiles)
     return data.StructLayout({"target": 4, "addr": index_bits(max(depth, 256)), "data": max(widths)})
-
-
-def row_in_layout(cfg: AccelConfig):
-    """One row of a group: MLP input, ``q`` and ``k_prev`` (``d_model`` int8 each), the layer's
-    integer threshold and where the row sits."""
-    d = cfg.d_model
-    return data.StructLayout({
-        "x": data.ArrayLayout(signed(8), d),
-        "q": data.ArrayLayout(signed(8), d),
-        "k": data.ArrayLayout(signed(8), d),
-        "threshold": signed(THRESHOLD_BITS),
-        "layer": index_bits(cfg.layers),
-        "frame": FRAME_BITS,
-        "index": index_bits(cfg.tokens_per_frame),
-        "row": index_bits(cfg.batch),
-    })
-
-
-def out_user_layout(cfg: AccelConfig):
-    return data.StructLayout({"replay": 1, "row": index_bits(cfg.batch)})
 
 
 class Accelerator(wiring.Component):

@@ -5,7 +5,7 @@ from amaranth import *
 from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from hw.accelerator import COUNTER_BITS, FRAME_BITS, ctrl_layout, out_user_layout, row_in_layout
+from hw.layouts import COUNTER_BITS, FRAME_BITS, ctrl_layout, out_user_layout, row_in_layout
 from hw.mlp_engine import MlpEngine
 from hw.mv_core import gu_rq_load_layout
 from hw.reorder_buffer import ReorderBuffer

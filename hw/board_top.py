@@ -2,7 +2,7 @@
 
 What ``nox -s synth`` builds by default and ``python -m sw.board`` talks to. The pins come from
 amaranth-boards' ULX3S platform (resources named in ``constraints/ulx3s_85f.toml``), the clock
-from :func:`hw.synth.add_pll_domain`. Everything else is :class:`hw.board_core.BoardCore`, which
+from :func:`hw.board_clock.add_pll_domain`. Everything else is :class:`hw.board_core.BoardCore`, which
 the board testbench (``tb/board/``) simulates without the PLL.
 """
 
@@ -72,7 +72,7 @@ class BoardTop(Elaboratable):
         self.core = None
 
     def elaborate(self, platform):
-        from hw.synth import add_pll_domain, request_leds
+        from hw.board_clock import add_pll_domain, request_leds
 
         m = Module()
         add_pll_domain(m, platform, self.board, self.pll)
