@@ -123,3 +123,18 @@ def sim_memory(trace_dir, *, groups: int, batch: int, row_bytes: int, processes:
     files = sum(f.stat().st_size for f in Path(trace_dir).glob("*.npy"))
     return {f"{processes} simulator processes x the trace's arrays": processes * files,
             f"{processes} x the selection's packed rows": processes * groups * batch * (3 * row_bytes + 200)}
+
+
+def check_decode_trace(mc, layout, out, *, batch: int, frames: int, float_bytes: int = 8) -> None:
+    """Refuse (:class:`sw.BudgetError`, one line) a decode trace whose rollout or files would
+    not fit this machine's memory or the disk at ``out``, before anything is allocated."""
+    groups = frames * mc.tokens_per_frame * mc.n_layers
+    dims = {"groups": groups, "batch": batch, "d_model": mc.d_model, "n_heads": mc.n_heads,
+            "head_dim": mc.head_dim}
+    trace = decode_trace_bytes(**dims)
+    memory = {**decode_memory(mc, batch=batch, frames=frames, prompt_len=layout.prompt_len,
+                                     float_bytes=float_bytes),
+              "recorded rollout": recorder_bytes(**dims, float_bytes=float_bytes),
+              "trace arrays": trace}
+    check(f"--frames {frames} ({batch} rows, {groups:,} groups)", memory, disk={"trace": trace},
+                 out=out)

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from sw.atomic import atomic_dir
-from sw.trace import FORMAT, MANIFEST, TraceError, load_tensor, read_manifest
+from sw.trace_format import FORMAT, MANIFEST, TraceError, load_tensor, read_manifest
 
 KIND = "fastcar_decode"
 VERSION = 1

@@ -39,6 +39,7 @@ import numpy as np
 
 from sw import quant
 from sw.config import DEFAULT_TILE, ConfigError, TileConfig
+from sw.golden import integer_constants
 from sw.trace import TraceError, write_gemm_trace
 
 #: Default batch: two prompts, each with its conditional and unconditional (CFG) row.
@@ -101,46 +102,6 @@ def export_linear_trace(out, tile: TileConfig = DEFAULT_TILE, *, batch: int = 16
     return {"out": str(out), "batch": batch, "relative_error": rel_err}
 
 
-def calibration_prompts(n: int = 8, seed: int = 1234) -> list[str]:
-    """A fixed set of prompts for calibrating the integer path (none of the defaults)."""
-    from sw import data
-
-    pool = [p for p in data.all_prompts() if p not in data.DEFAULT_PROMPTS]
-    rng = np.random.default_rng(seed)
-    return [str(p) for p in rng.choice(pool, size=n, replace=False)]
-
-
-def _display_path(path: Path) -> str:
-    """``path`` relative to the repository when it lies inside it (stable across clones)."""
-    repo = Path(__file__).resolve().parent.parent
-    try:
-        return str(Path(path).resolve().relative_to(repo))
-    except ValueError:
-        return str(path)
-
-
-def integer_constants(ckpt, *, int8_file=None, recalibrate: bool = False, dtype=None):
-    """The integer path for an export, and the manifest's record of where it came from.
-
-    By default the stored constants ``CHECKPOINT/int8.safetensors`` (:mod:`sw.int8`); a checkpoint
-    without that file, or ``recalibrate``, calibrates from the float model instead (in ``dtype``,
-    default float64), in memory only.
-    """
-    import torch
-
-    from sw import int8
-    from sw.golden import calibrate_default
-
-    path = Path(int8_file) if int8_file is not None else ckpt.path / int8.FILE_NAME
-    if recalibrate or (int8_file is None and not path.exists()):
-        ip, prov = calibrate_default(ckpt, dtype=dtype or torch.float64)
-        why = "--recalibrate" if recalibrate else f"no {int8.FILE_NAME} in the checkpoint"
-        return ip, {"file": None, "calibrated_at_export": why, "calibration": prov}
-    ip, meta = int8.load_for_checkpoint(path, ckpt)
-    return ip, {"file": _display_path(path), "sha256": int8.file_sha256(path), "source": meta["source"],
-                "calibration": meta["calibration"]}
-
-
 def rollout(ckpt, ip, prompts, frames: int, *, fastcar, sparse=None, cfg_scale=DEFAULT_CFG, seed: int = 0,
             progress: bool = True):
     """Generate ``prompts`` with the integer MLP and integer replay decisions of ``ip`` installed,
@@ -163,23 +124,6 @@ def rollout(ckpt, ip, prompts, frames: int, *, fastcar, sparse=None, cfg_scale=D
         model.set_mlp_override(None)
         model.set_replay_rule(None)
     return [r for r in records if r.frame is not None], tokens, stats
-
-
-def check_decode_budget(mc, layout, out, *, batch: int, frames: int, float_bytes: int = 8) -> None:
-    """Refuse (:class:`sw.budget.BudgetError`, one line) a decode trace whose rollout or files would
-    not fit this machine's memory or the disk at ``out``, before anything is allocated."""
-    from sw import budget
-
-    groups = frames * mc.tokens_per_frame * mc.n_layers
-    dims = {"groups": groups, "batch": batch, "d_model": mc.d_model, "n_heads": mc.n_heads,
-            "head_dim": mc.head_dim}
-    trace = budget.decode_trace_bytes(**dims)
-    memory = {**budget.decode_memory(mc, batch=batch, frames=frames, prompt_len=layout.prompt_len,
-                                     float_bytes=float_bytes),
-              "recorded rollout": budget.recorder_bytes(**dims, float_bytes=float_bytes),
-              "trace arrays": trace}
-    budget.check(f"--frames {frames} ({batch} rows, {groups:,} groups)", memory, disk={"trace": trace},
-                 out=out)
 
 
 def export_decode_trace(out, *, checkpoint=None, prompts=None, frames: int = 8, tau=DEFAULT_TAU,
@@ -213,8 +157,10 @@ def export_decode_trace(out, *, checkpoint=None, prompts=None, frames: int = 8, 
         raise TraceError(f"--frames must be at least 2 (frame 0 is never replayed), not {frames}")
     ckpt = load_checkpoint(checkpoint or DEFAULT_CHECKPOINT)
     model, layout, mc = ckpt.model, ckpt.layout, ckpt.model.config
-    check_decode_budget(mc, layout, out, batch=len(prompts) * (2 if cfg_scale else 1), frames=frames,
-                        float_bytes=torch.empty((), dtype=dtype).element_size())
+    from sw.budget import check_decode_trace
+
+    check_decode_trace(mc, layout, out, batch=len(prompts) * (2 if cfg_scale else 1), frames=frames,
+                       float_bytes=torch.empty((), dtype=dtype).element_size())
     taus = [float(tau)] * mc.n_layers if np.isscalar(tau) else [float(t) for t in tau]
     if len(taus) != mc.n_layers:
         raise TraceError(f"--tau: {len(taus)} values for {mc.n_layers} layers")
@@ -317,8 +263,8 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=0, help="sampling seed (default: %(default)s)")
     ap.add_argument("--linear", action="store_true", help="write a single-layer GEMM trace instead")
     ap.add_argument("--full-step", action="store_true",
-                    help="write a full-step trace instead: the whole decode step in integers (sw/golden_step.py), "
-                         "block by block (default --out build/traces/full_step)")
+                    help="write a full-step trace instead: the whole decode step in integers "
+                         "(sw/golden_step.py), block by block (default --out build/traces/full_step)")
     ap.add_argument("--corners", action="store_true",
                     help="write the directed corner-case trace instead (constructed integers, sw/corners.py; "
                          "default --out build/traces/corners)")
@@ -348,8 +294,8 @@ def main(argv=None) -> int:
                                     prompts=args.prompt, frames=args.frames, tau=taus[0], sinks=args.sinks,
                                     window=args.sparse_window, cfg_scale=args.cfg or None, seed=args.seed,
                                     force=args.force)
-            print(f"wrote {info['out']}: {info['steps']} steps x {info['batch']} rows of the whole decode step "
-                  "in integers (python -m sw.trace verifies it)")
+            print(f"wrote {info['out']}: {info['steps']} steps x {info['batch']} rows of the whole decode "
+                  "step in integers (python -m sw.trace verifies it)")
             return 0
         if args.corners:
             from sw.corners import export_corner_trace

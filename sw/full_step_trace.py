@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from sw.atomic import atomic_dir
-from sw.trace import FORMAT, MANIFEST, TraceError, load_tensor, read_manifest
+from sw.trace_format import FORMAT, MANIFEST, TraceError, load_tensor, read_manifest
 
 KIND = "fastcar_full_step"
 VERSION = 1
@@ -131,9 +131,10 @@ def export_full_step(out, *, checkpoint=None, prompts=None, frames: int = 8, tau
                      window=None, cfg_scale: float | None = 1.5, seed: int = 0, force: bool = False) -> dict:
     """Calibrate the whole step, generate with it and write the trace (atomically)."""
     from sw import data
+    from sw.budget import check_decode_trace
     from sw.checkpoint import DEFAULT_CHECKPOINT, load_checkpoint
-    from sw.export_trace import calibration_prompts, check_decode_budget, integer_constants
     from sw.fastcar import FastCarConfig, SparseConfig
+    from sw.golden import calibration_prompts, integer_constants
     from sw.golden_step import calibrate_step
 
     out = Path(out)
@@ -143,7 +144,7 @@ def export_full_step(out, *, checkpoint=None, prompts=None, frames: int = 8, tau
     ckpt = load_checkpoint(checkpoint or DEFAULT_CHECKPOINT)
     mc, lay = ckpt.model.config, ckpt.layout
     B = len(prompts) * (2 if cfg_scale else 1)
-    check_decode_budget(mc, lay, out, batch=B, frames=frames)
+    check_decode_trace(mc, lay, out, batch=B, frames=frames)
     ckpt.model.set_max_seq_len(max(mc.max_seq_len, lay.prompt_len + frames * lay.tokens_per_frame))
     mc = ckpt.model.config
     ip, _ = integer_constants(ckpt)

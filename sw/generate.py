@@ -76,8 +76,7 @@ def main(argv=None) -> int:
         if args.sinks is not None or args.window is not None:
             sparse = SparseConfig(sinks=args.sinks or 0, window=args.window or 16)
         if args.integer:
-            from sw.export_trace import calibration_prompts
-            from sw.golden import calibrate
+            from sw.golden import calibrate, calibration_prompts
 
             cal, unc = ckpt.layout.prompt_batch(calibration_prompts())
             calibrate(ckpt.model, cal, min(args.frames, 8), cfg_scale=args.cfg or None,

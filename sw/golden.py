@@ -19,125 +19,17 @@ calibration, ``python -m sw.golden --from-trace DIR`` takes the constants of a d
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import torch
 
 from sw import quant
+from sw.integer_path import IntegerPath, LayerInt, quantize_layer, quantize_layer_scales
 
-
-@dataclass
-class LayerInt:
-    """Integer constants of one layer (plus the float scales they came from)."""
-
-    wg: np.ndarray              # int8 [d, d_ff]
-    wu: np.ndarray              # int8 [d, d_ff]
-    wd: np.ndarray              # int8 [d_ff, d]
-    consts: dict                # mult_*/shift_* and lut, as sw.quant.swiglu_int8 wants them
-    scales: dict = field(default_factory=dict)   # s_x, s_gate, s_up, s_act, s_h, s_y, s_q, s_k
-
-
-def _scale(amax: float) -> float:
-    return float(amax) / quant.INT8_MAX if amax > 0 else 1.0
-
-
-def _mult_shift(scale):
-    mult, shift = quant.scale_to_mult_shift(scale)
-    return mult, shift
-
-
-def quantize_layer(mlp, amax: dict) -> LayerInt:
-    """Integer constants for one SwiGLU MLP (``nn.Module`` with gate/up/down projections), from the
-    calibration maxima ``amax`` of x, gate, up, act, h, y, q and k."""
-    return quantize_layer_scales(mlp, {f"s_{k}": _scale(amax[k]) for k in ("x", "gate", "up", "act", "h", "y",
-                                                                         "q", "k")})
-
-
-def quantize_layer_scales(mlp, scales: dict) -> LayerInt:
-    """Integer constants for one SwiGLU MLP from its activation scales ``s_x .. s_k``.
-
-    Everything here is deterministic IEEE arithmetic (weight maxima, divisions, rounding) except the
-    SiLU table, which calls ``exp``; the constants are stored (:mod:`sw.int8`) rather than rebuilt.
-    """
-    wg_f = mlp.gate_proj.weight.detach().double().numpy().T       # [d, d_ff]
-    wu_f = mlp.up_proj.weight.detach().double().numpy().T
-    wd_f = mlp.down_proj.weight.detach().double().numpy().T       # [d_ff, d]
-    wg, s_wg = quant.quantize_weight(wg_f)
-    wu, s_wu = quant.quantize_weight(wu_f)
-    wd, s_wd = quant.quantize_weight(wd_f)
-    s = {k: float(scales[f"s_{k}"]) for k in ("x", "gate", "up", "act", "h", "y", "q", "k")}
-    mult_g, shift_g = _mult_shift(s["x"] * s_wg / s["gate"])
-    mult_u, shift_u = _mult_shift(s["x"] * s_wu / s["up"])
-    mult_h, shift_h = _mult_shift(s["act"] * s["up"] / s["h"])
-    mult_d, shift_d = _mult_shift(s["h"] * s_wd / s["y"])
-    consts = {
-        "mult_g": mult_g, "shift_g": shift_g, "mult_u": mult_u, "shift_u": shift_u,
-        "lut": quant.silu_lut(s["gate"], s["act"]),
-        "mult_h": mult_h[0], "shift_h": shift_h[0],
-        "mult_d": mult_d, "shift_d": shift_d,
-    }
-    return LayerInt(wg=wg, wu=wu, wd=wd, consts=consts, scales={f"s_{k}": v for k, v in s.items()})
-
-
-class IntegerPath:
-    """Integer MLP and integer TAS for every layer of a model.
-
-    Parameters
-    ----------
-    layers : list of LayerInt
-    n_heads, head_dim : int
-        Attention geometry (for the TAS threshold).
-    """
-
-    def __init__(self, layers: list[LayerInt], n_heads: int, head_dim: int):
-        self.layers = layers
-        self.n_heads = n_heads
-        self.head_dim = head_dim
-
-    # -- the MLP ------------------------------------------------------------------------------
-    def quantize_x(self, layer: int, x) -> np.ndarray:
-        return quant.quantize_activation(np.asarray(x, dtype=np.float64), self.layers[layer].scales["s_x"])
-
-    def mlp_int(self, layer: int, x_q) -> np.ndarray:
-        """int8 [rows, d] -> int8 [rows, d]."""
-        L = self.layers[layer]
-        return quant.swiglu_int8(x_q, L.wg, L.wu, L.wd, L.consts)
-
-    def mlp(self, layer: int, x: torch.Tensor) -> torch.Tensor:
-        """Float in, float out, integer inside: the MLP override for :class:`sw.model.Decoder`."""
-        y_q = self.mlp_int(layer, self.quantize_x(layer, x.detach().cpu().numpy()))
-        if x.dtype == torch.float64:
-            return torch.from_numpy(y_q.astype(np.float64) * self.layers[layer].scales["s_y"])
-        return torch.from_numpy(y_q.astype(np.float32) * np.float32(self.layers[layer].scales["s_y"]))
-
-    # -- the temporal attention score ---------------------------------------------------------
-    def quantize_qk(self, layer: int, q, k_prev) -> tuple[np.ndarray, np.ndarray]:
-        s = self.layers[layer].scales
-        return (quant.quantize_activation(np.asarray(q, dtype=np.float64), s["s_q"]),
-                quant.quantize_activation(np.asarray(k_prev, dtype=np.float64), s["s_k"]))
-
-    def threshold(self, layer: int, tau: float, *, strict: bool = False) -> int:
-        s = self.layers[layer].scales
-        return quant.tas_threshold(tau, s["s_q"], s["s_k"], self.n_heads, self.head_dim, strict=strict)
-
-    def tas_int(self, layer: int, q, k_prev) -> np.ndarray:
-        q_q, k_q = self.quantize_qk(layer, q, k_prev)
-        return quant.tas_int(q_q, k_q)
-
-    # -- plugging into the model --------------------------------------------------------------
-    def install(self, model, *, replay: bool = True) -> None:
-        """Use the integer MLP (and, if ``replay``, integer replay decisions) in ``model``."""
-        model.set_mlp_override(self.mlp)
-        if replay:
-            model.set_replay_rule(self.replay_rule)
-
-    def replay_rule(self, layer: int, q: torch.Tensor, k_prev: torch.Tensor, tau: float,
-                    strict: bool) -> torch.Tensor:
-        """Integer replay decision: ``tas_int(q_q, k_q) >= T(tau)``."""
-        score = self.tas_int(layer, q.detach().cpu().numpy(), k_prev.detach().cpu().numpy())
-        th = self.threshold(layer, tau, strict=strict)
-        return torch.from_numpy(quant.replay_decision(score, th))
+__all__ = ["IntegerPath", "LayerInt", "quantize_layer", "quantize_layer_scales", "calibrate", "use_float64",
+           "calibrate_default", "calibration_prompts", "integer_constants", "display_path",
+           "integer_vs_float", "main"]
 
 
 def calibrate(model, prompt_tokens: torch.Tensor, frames: int, *, seed: int = 0, cfg_scale=None,
@@ -195,7 +87,6 @@ def calibrate_default(ckpt, *, dtype=torch.float64) -> tuple[IntegerPath, dict]:
     """Calibrate ``ckpt``'s model as the shipped constants are calibrated; returns the integer path
     and the provenance record stored with it. The model is cast to ``dtype`` (float64: see
     :func:`use_float64`)."""
-    from sw.export_trace import calibration_prompts
 
     model = ckpt.model
     if dtype == torch.float64:
@@ -210,6 +101,43 @@ def calibrate_default(ckpt, *, dtype=torch.float64) -> tuple[IntegerPath, dict]:
     prov = {**CALIBRATION, "prompts": prompts, "dtype": str(dtype).removeprefix("torch."),
             "torch": torch.__version__}
     return ip, prov
+
+
+def calibration_prompts(n: int = 8, seed: int = 1234) -> list[str]:
+    """A fixed set of prompts for calibrating the integer path (none of the defaults)."""
+    from sw import data
+
+    pool = [p for p in data.all_prompts() if p not in data.DEFAULT_PROMPTS]
+    rng = np.random.default_rng(seed)
+    return [str(p) for p in rng.choice(pool, size=n, replace=False)]
+
+
+def display_path(path: Path) -> str:
+    """``path`` relative to the repository when it lies inside it (stable across clones)."""
+    repo = Path(__file__).resolve().parent.parent
+    try:
+        return str(Path(path).resolve().relative_to(repo))
+    except ValueError:
+        return str(path)
+
+
+def integer_constants(ckpt, *, int8_file=None, recalibrate: bool = False, dtype=None):
+    """The integer path for an export, and the manifest's record of where it came from.
+
+    By default the stored constants ``CHECKPOINT/int8.safetensors`` (:mod:`sw.int8`); a checkpoint
+    without that file, or ``recalibrate``, calibrates from the float model instead (in ``dtype``,
+    default float64), in memory only.
+    """
+    from sw import int8
+
+    path = Path(int8_file) if int8_file is not None else ckpt.path / int8.FILE_NAME
+    if recalibrate or (int8_file is None and not path.exists()):
+        ip, prov = calibrate_default(ckpt, dtype=dtype or torch.float64)
+        why = "--recalibrate" if recalibrate else f"no {int8.FILE_NAME} in the checkpoint"
+        return ip, {"file": None, "calibrated_at_export": why, "calibration": prov}
+    ip, meta = int8.load_for_checkpoint(path, ckpt)
+    return ip, {"file": display_path(path), "sha256": int8.file_sha256(path), "source": meta["source"],
+                "calibration": meta["calibration"]}
 
 
 def integer_vs_float(ckpt, prompts, *, frames: int = 8, cfg_scale: float = 1.5, seed: int = 0,
@@ -292,7 +220,6 @@ def main(argv=None) -> int:
                 source = f"python -m sw.golden --calibrate (checkpoint {ckpt.path.name})"
             else:
                 from sw.decode_trace import load_decode_trace
-                from sw.export_trace import _display_path
 
                 tr = load_decode_trace(args.from_trace)
                 ip = int8.from_trace(tr, ckpt.model)
@@ -302,9 +229,9 @@ def main(argv=None) -> int:
                 prov = dict(known) if isinstance(known, dict) else {
                     **CALIBRATION, "prompts": tr.manifest.get("calibration_prompts"), "dtype": "float32"}
                 man_sha = int8.file_sha256(args.from_trace / "manifest.json")
-                prov["extracted_from"] = {"trace": _display_path(args.from_trace), "manifest_sha256": man_sha,
+                prov["extracted_from"] = {"trace": display_path(args.from_trace), "manifest_sha256": man_sha,
                                           "trace_source": tr.manifest.get("source")}
-                source = (f"python -m sw.golden --from-trace {_display_path(args.from_trace)} "
+                source = (f"python -m sw.golden --from-trace {display_path(args.from_trace)} "
                           f"(checkpoint {ckpt.path.name})")
             int8.save_int8(out, ip, model_sha256=model_sha, source=source, calibration=prov, force=args.force)
         except (int8.Int8Error, CheckpointError, TraceError, OutputExistsError, quant.QuantError) as e:
@@ -314,7 +241,6 @@ def main(argv=None) -> int:
         return 0
     rng = np.random.default_rng(7)
     prompts = [str(p) for p in rng.choice(data.all_prompts(), size=args.prompts, replace=False)]
-    from sw.export_trace import calibration_prompts
 
     res = integer_vs_float(load_checkpoint(args.checkpoint), prompts, calibration=calibration_prompts())
     json.dump(res, sys.stdout, indent=1)

@@ -349,8 +349,8 @@ def main(argv=None) -> int:
 
     from sw import data
     from sw.checkpoint import DEFAULT_CHECKPOINT, load_checkpoint
-    from sw.export_trace import calibration_prompts
     from sw.fastcar import FastCarConfig, SparseConfig
+    from sw.golden import calibration_prompts
 
     ap = argparse.ArgumentParser(description="The integer whole decode step against float.")
     ap.add_argument("--prompts", type=int, default=24)

@@ -89,7 +89,7 @@ def to_tensors(ip) -> dict:
 
 def from_tensors(t: dict, n_heads: int, head_dim: int):
     """An :class:`sw.golden.IntegerPath` from the file's arrays."""
-    from sw.golden import IntegerPath, LayerInt
+    from sw.integer_path import IntegerPath, LayerInt
 
     layers = []
     for li in range(t["wg"].shape[0]):
@@ -189,7 +189,7 @@ def from_trace(tr, model) -> tuple:
     and SiLU table must follow from the manifest's scales; :class:`Int8Error` names the first
     that does not. Returns the :class:`sw.golden.IntegerPath`.
     """
-    from sw.golden import quantize_layer_scales
+    from sw.integer_path import quantize_layer_scales
 
     man, where = tr.manifest, tr.path
     mc = model.config

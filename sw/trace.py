@@ -10,7 +10,6 @@ Run ``python -m sw.trace DIR`` to validate a directory from the command line.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import sys
@@ -22,15 +21,7 @@ import numpy as np
 from sw import quant
 from sw.atomic import atomic_dir
 from sw.config import ConfigError, TileConfig
-
-FORMAT = "fastcar-hw-trace"
-VERSION = 1
-MANIFEST = "manifest.json"
-
-
-class TraceError(ValueError):
-    """A trace directory or file that cannot be used; the message names the file and field."""
-
+from sw.trace_format import FORMAT, MANIFEST, VERSION, TraceError, load_tensor, read_manifest, trace_kind
 
 #: tensor name -> (dtype, shape in terms of B, K, N)
 GEMM_TENSORS = {
@@ -83,27 +74,6 @@ def write_gemm_trace(out, tile: TileConfig, *, x, w, mult, shift, y, source: str
     return out
 
 
-def read_manifest(d: Path, version: int = VERSION) -> dict:
-    if not d.exists():
-        raise TraceError(f"{d}: trace directory does not exist")
-    if not d.is_dir():
-        raise TraceError(f"{d}: not a directory")
-    mpath = d / MANIFEST
-    if not mpath.exists():
-        raise TraceError(f"{mpath}: missing (a trace directory needs a {MANIFEST})")
-    try:
-        man = json.loads(mpath.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise TraceError(f"{mpath}: not valid JSON ({e})") from None
-    if not isinstance(man, dict):
-        raise TraceError(f"{mpath}: expected a JSON object")
-    if man.get("format") != FORMAT:
-        raise TraceError(f"{mpath}: field 'format' is {man.get('format')!r}, expected {FORMAT!r}")
-    if man.get("version") != version:
-        raise TraceError(f"{mpath}: field 'version' is {man.get('version')!r}, this code reads {version}")
-    return man
-
-
 def _check_gemm(where: Path, tile: TileConfig, tensors: dict):
     dims = {"B": tensors["x"].shape[0] if tensors["x"].ndim == 2 else None,
             "K": tile.k_dim, "N": tile.n_dim}
@@ -121,28 +91,6 @@ def _check_gemm(where: Path, tile: TileConfig, tensors: dict):
     if tensors["shift"].size and int(tensors["shift"].max()) > quant.SHIFT_MAX:
         raise TraceError(f"{where / 'shift.npy'}: field 'shift' has {int(tensors['shift'].max())}, "
                          f"above the spec's maximum {quant.SHIFT_MAX}")
-
-
-def load_tensor(d: Path, man: dict, name: str, *, sha256: str | None = None) -> np.ndarray:
-    """Load tensor ``name`` listed in a trace manifest; one :class:`TraceError` naming the file and
-    field for a missing entry, a missing or unreadable file, or (if ``sha256`` is given) a file whose
-    checksum differs."""
-    mpath = d / MANIFEST
-    entries = man.get("tensors")
-    if not isinstance(entries, dict):
-        raise TraceError(f"{mpath}: field 'tensors' missing or not an object")
-    ent = entries.get(name)
-    if not isinstance(ent, dict) or "file" not in ent:
-        raise TraceError(f"{mpath}: field 'tensors.{name}' missing or has no 'file'")
-    f = d / ent["file"]
-    if not f.is_file():
-        raise TraceError(f"{f}: missing (listed as tensor '{name}' in {MANIFEST})")
-    if sha256 is not None and hashlib.sha256(f.read_bytes()).hexdigest() != sha256:
-        raise TraceError(f"{f}: SHA-256 does not match the manifest (file changed or corrupt)")
-    try:
-        return np.load(f, allow_pickle=False)
-    except Exception as e:  # numpy raises several types for corrupt files
-        raise TraceError(f"{f}: cannot read tensor '{name}' ({type(e).__name__}: {e})") from None
 
 
 def load_trace(d, tile: TileConfig | None = None) -> GemmTrace:
@@ -193,11 +141,6 @@ def check_golden(trace: GemmTrace) -> str | None:
     model = quant.gemm_int8(trace.x, trace.w, trace.mult, trace.shift)
     msg = first_mismatch(model, trace.y, "y")
     return None if msg is None else f"{trace.path / 'y.npy'}: golden model disagrees with stored {msg}"
-
-
-def trace_kind(d) -> str:
-    """The ``kind`` field of a trace directory's manifest (validated)."""
-    return str(read_manifest(Path(d)).get("kind"))
 
 
 def main(argv=None) -> int:
