@@ -79,12 +79,8 @@ CLASSES = {
 def _stage_classes(p, shift) -> dict[str, np.ndarray]:
     """Masks of the classes of one requantisation stage, over ``p = acc * mult`` and ``shift``
     broadcast to the same shape (the same arithmetic as :func:`sw.quant.round_shift_rne`)."""
-    p = np.asarray(p, np.int64)
-    shift = np.broadcast_to(np.asarray(shift, np.int64), p.shape)
-    q = p >> shift
-    r = p - (q << shift)
-    half = np.where(shift > 0, np.left_shift(np.int64(1), np.maximum(shift - 1, 0)), -1)
-    tie = r == half
+    p, shift, q, r, half = quant.shift_parts(p, shift)
+    tie = (shift > 0) & (r == half)
     y = quant.round_shift_rne(p, shift)
     out = {}
     for par, bit in (("even", 0), ("odd", 1)):

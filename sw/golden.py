@@ -144,7 +144,6 @@ def integer_vs_float(ckpt, prompts, *, frames: int = 8, cfg_scale: float = 1.5, 
                      calibration=None) -> dict:
     """Generate the same prompts (same sampling seed) with the float MLP and with the integer path;
     report token agreement, PSNR of the decoded frames and prompt following of both."""
-    from sw import data
     from sw.model import generate
 
     lay, model = ckpt.layout, ckpt.model
@@ -161,6 +160,15 @@ def integer_vs_float(ckpt, prompts, *, frames: int = 8, cfg_scale: float = 1.5, 
                                 uncond_prompt_tokens=uncond, progress=False)
         finally:
             model.set_mlp_override(None)
+    return compare_rollouts(ckpt, prompts, f_tok, i_tok)
+
+
+def compare_rollouts(ckpt, prompts, f_tok, i_tok) -> dict:
+    """Token agreement, PSNR of the decoded videos and prompt following (``sw.data.describe_clip``)
+    of a float rollout ``f_tok`` against an integer one ``i_tok`` of the same ``prompts``."""
+    from sw import data
+    from sw.tokenizer import psnr
+
     f_vid = [ckpt.tokenizer.decode(t.numpy()) for t in f_tok]
     i_vid = [ckpt.tokenizer.decode(t.numpy()) for t in i_tok]
 
@@ -172,8 +180,6 @@ def integer_vs_float(ckpt, prompts, *, frames: int = 8, cfg_scale: float = 1.5, 
             except Exception:
                 pass
         return ok / len(prompts)
-
-    from sw.tokenizer import psnr
 
     return {"token_agreement": float((f_tok == i_tok).float().mean()),
             "psnr_db": float(psnr(np.stack(f_vid), np.stack(i_vid))),

@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from sw import quant
+from sw.fastcar import attention_mask
 
 
 def _mult_shift(scale, shift_max: int = quant.SHIFT_MAX):
@@ -223,6 +224,8 @@ class IntegerDecoder:
         fc, sparse = state.fastcar, state.sparse
         replaying = fc is not None and frame is not None and frame >= 1
         rows_rep, rows_forced, rows_tas = [], [], []
+        # The positions attended: the float model's own mask (causal, or sinks + window).
+        attended = [np.flatnonzero(attention_mask(torch.tensor([p]), p + 1, sparse)[0].numpy())]
         rec = None if self.record is None else {
             "token": np.asarray(token, np.int64), "pos": p,
             **{k: [] for k in ("r_in", "q", "k", "v", "attn", "r_mid", "m", "tas", "replay", "y", "r_out")}}
@@ -236,10 +239,7 @@ class IntegerDecoder:
             q = quant.rope_int(q, c.rope_c[p], c.rope_s[p])
             k = quant.rope_int(k, c.rope_c[p], c.rope_s[p])
             state.ik[li][:, :, p], state.iv[li][:, :, p] = k, v
-            if sparse is not None and p + 1 > sparse.sinks + sparse.window:
-                pos = np.r_[0:sparse.sinks, p + 1 - sparse.window: p + 1]
-            else:
-                pos = np.arange(p + 1)
+            pos = attended[0]
             keys, vals = state.ik[li][:, :, pos], state.iv[li][:, :, pos]
             scores = np.einsum("bhe,bhpe->bhp", q.astype(np.int64), keys)
             o, E = quant.softmax_av_int(scores, vals, L.a_exp, c.exp_table)
@@ -302,11 +302,9 @@ def step_vs_float(ckpt, prompts, *, frames: int = 8, cfg_scale: float = 1.5, see
                   fastcar=None, sparse=None) -> dict:
     """Generate ``prompts`` with the float model and with the integer whole step (same seed);
     token agreement, PSNR of the decoded frames and prompt following of both."""
-    from sw import data
-    from sw.golden import calibrate
+    from sw.golden import calibrate, compare_rollouts
     from sw.int8 import load_for_checkpoint
     from sw.model import generate
-    from sw.tokenizer import psnr
 
     model, lay = ckpt.model, ckpt.layout
     try:
@@ -324,21 +322,7 @@ def step_vs_float(ckpt, prompts, *, frames: int = 8, cfg_scale: float = 1.5, see
         th = [ip.threshold(li, fastcar.layer_taus(len(consts.layers))[li], strict=fastcar.strict)
               if fastcar is not None else quant.THRESHOLD_NEVER for li in range(len(consts.layers))]
         i_tok, stats = generate(IntegerDecoder(model.config, consts, th), cond, frames, **kw)
-    f_vid = [ckpt.tokenizer.decode(t.numpy()) for t in f_tok]
-    i_vid = [ckpt.tokenizer.decode(t.numpy()) for t in i_tok]
-
-    def follows(vids):
-        ok = 0
-        for vid, p in zip(vids, prompts, strict=True):
-            try:
-                ok += data.describe_clip(vid)["prompt"] == p
-            except Exception:
-                pass
-        return ok / len(prompts)
-
-    return {"token_agreement": float((f_tok == i_tok).float().mean()),
-            "psnr_db": float(psnr(np.stack(f_vid), np.stack(i_vid))),
-            "prompt_following_float": follows(f_vid), "prompt_following_integer": follows(i_vid),
+    return {**compare_rollouts(ckpt, prompts, f_tok, i_tok),
             "replay_ratio": float(stats.replay_ratio()) if fastcar is not None else None}
 
 

@@ -98,13 +98,21 @@ def _as_int64(a, name: str, lo: int, hi: int) -> np.ndarray:
     return arr
 
 
-def round_shift_rne(p, shift) -> np.ndarray:
-    """``p / 2**shift`` rounded to nearest, ties to even, in exact integer arithmetic."""
+def shift_parts(p, shift):
+    """``p = q * 2**shift + r`` with ``q = floor(p / 2**shift)`` and ``0 <= r < 2**shift``, and the
+    half unit ``h = 2**(shift - 1)`` (0 where ``shift == 0``): what every rounding rule looks at.
+    Returns int64 ``(p, shift, q, r, h)``, ``shift`` broadcast to ``p``'s shape."""
     p = np.asarray(p, dtype=np.int64)
     shift = np.broadcast_to(np.asarray(shift, dtype=np.int64), p.shape)
     q = p >> shift
     r = p - (q << shift)
-    half = np.where(shift > 0, np.left_shift(np.int64(1), np.maximum(shift - 1, 0)), 0)
+    h = np.where(shift > 0, np.left_shift(np.int64(1), np.maximum(shift - 1, 0)), 0)
+    return p, shift, q, r, h
+
+
+def round_shift_rne(p, shift) -> np.ndarray:
+    """``p / 2**shift`` rounded to nearest, ties to even, in exact integer arithmetic."""
+    p, shift, q, r, half = shift_parts(p, shift)
     up = (shift > 0) & ((r > half) | ((r == half) & ((q & 1) == 1)))
     return q + up.astype(np.int64)
 

@@ -345,6 +345,9 @@ def main(argv=None) -> int:
     print(_table([{"mode": k, **v} for k, v in rep["best_per_mode"].items()], [
         ("mode", lambda r: r["mode"]), ("placement", lambda r: r["placement"]),
         ("s / video", lambda r: f"{r['time_s']:.3f}"), ("speed-up", lambda r: f"{r['speedup']:.2f}x")]))
+    print("\nGroups in which every row replays (no MLP weights needed): "
+          + ", ".join(f"{r['mode']} {r['all_replayed_groups']:.1%}" for r in rep["end_to_end"][:4]
+                      if "FastCar" in r["mode"]))
     print("\nEnd to end in the chosen placement, then in the accelerator as built (speed-up against the "
           "best dense design):")
     print(_table(rep["end_to_end"], [

@@ -9,24 +9,19 @@ import numpy as np
 
 from sw import corners, quant
 
+# The floor and remainder come from the spec's own sw.quant.shift_parts; only the tie rule changes.
+_shift_parts = quant.shift_parts
+
 
 def round_half_away(p, shift):
     """Ties away from zero instead of to even."""
-    p = np.asarray(p, dtype=np.int64)
-    shift = np.broadcast_to(np.asarray(shift, dtype=np.int64), p.shape)
-    q = p >> shift
-    r = p - (q << shift)
-    half = np.where(shift > 0, np.left_shift(np.int64(1), np.maximum(shift - 1, 0)), 0)
+    p, shift, q, r, half = _shift_parts(p, shift)
     return q + ((shift > 0) & ((r > half) | ((r == half) & (p > 0)))).astype(np.int64)
 
 
 def round_half_up(p, shift):
     """Ties towards +inf (``floor(x + 1/2)``)."""
-    p = np.asarray(p, dtype=np.int64)
-    shift = np.broadcast_to(np.asarray(shift, dtype=np.int64), p.shape)
-    q = p >> shift
-    r = p - (q << shift)
-    half = np.where(shift > 0, np.left_shift(np.int64(1), np.maximum(shift - 1, 0)), 0)
+    p, shift, q, r, half = _shift_parts(p, shift)
     return q + ((shift > 0) & (r >= half)).astype(np.int64)
 
 
