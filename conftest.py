@@ -39,8 +39,8 @@ def golden_dir():
 
 @pytest.fixture(scope="session")
 def trace_dir(request):
-    from sw.decode_trace import load_decode_trace
-    from sw.trace import TraceError, load_trace, trace_kind
+    from sw.trace.decode import load_decode_trace
+    from sw.trace.store import TraceError, load_trace, trace_kind
 
     d = Path(request.config.getoption("--trace-dir")).resolve()
     try:

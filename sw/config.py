@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from sw import quant
+from sw.golden import quant
 from sw.jsonio import read_json
 
 
@@ -101,7 +101,7 @@ class TileConfig:
         return self.k_tiles * self.n_tiles
 
     def cycles(self, batch: int) -> int:
-        """Issue cycles for ``batch`` rows once the pipeline is full (see ``hw/gemm_tile.py``)."""
+        """Issue cycles for ``batch`` rows once the pipeline is full (see ``hw/accel/gemm_tile.py``)."""
         return batch * self.k_tiles * self.n_tiles
 
     def to_dict(self) -> dict:
@@ -115,7 +115,7 @@ class TileConfig:
     def from_json(cls, path) -> TileConfig:
         return cls.from_dict(_read_json(path), source=str(path))
 
-#: Sizes of the shipped video model (``sw/train.py`` trains it with these; the checkpoint's
+#: Sizes of the shipped video model (``sw/model/train.py`` trains it with these; the checkpoint's
 #: ``config.json`` repeats them and a test checks that the two agree).
 SHIPPED_MODEL = {"d_model": 96, "n_layers": 4, "n_heads": 4, "d_ff": 256}
 
@@ -147,8 +147,8 @@ class AccelConfig:
         (``mv_in`` activations times ``mv_out`` outputs per cycle, one MAC each).
     datapath : int
         Which MLP datapath the accelerator is built with: 1, three systolic GEMM tiles per core
-        (:class:`hw.accelerator.Accelerator`), or 2, one matrix-vector unit per core
-        (:class:`hw.accelerator_v2.AcceleratorV2`).
+        (:class:`hw.accel.accelerator.Accelerator`), or 2, one matrix-vector unit per core
+        (:class:`hw.accel.accelerator_v2.AcceleratorV2`).
     """
 
     d_model: int = SHIPPED_MODEL["d_model"]

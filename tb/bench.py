@@ -9,7 +9,7 @@ For every tau: ``sw/export_trace.py`` exports the shipped model's decode trace (
 runs it four times without stalls: FastCar with DRS, FastCar with chunk round-robin (chunk ``j`` of
 every row on core ``j mod cores``, no scheduler), FastCar with row-static assignment (row ``b`` on
 core ``b mod cores``), and dense (tau = +inf on the same inputs, DRS). Every output is checked bit
-for bit, and every group's cycles against the cycle model (``sw/perfmodel.py``): the bench stops
+for bit, and every group's cycles against the cycle model (``sw/perf/cycles.py``): the bench stops
 with the mode, group and both counts if any group is more than 2 % off (:func:`model_check`).
 
 Writes ``report.json``:
@@ -120,7 +120,7 @@ def model_check(cfg, mask, modes: dict, groups, *, where: str = "",
     SystemExit
         When some group is off by more than ``tolerance``, naming the mode, the group and both counts.
     """
-    from sw.perfmodel import trace_cycles
+    from sw.perf.cycles import trace_cycles
 
     out = {}
     for mode in (k for k in MODE_KEYS if k in modes):
@@ -143,7 +143,7 @@ def model_check(cfg, mask, modes: dict, groups, *, where: str = "",
 
 def point(tau: float, trace: Path, rep: dict) -> dict:
     from sw.config import DEFAULT_ACCEL as cfg
-    from sw.decode_trace import load_decode_trace
+    from sw.trace.decode import load_decode_trace
 
     tr = load_decode_trace(trace)
     groups = rep["groups"]
@@ -221,7 +221,7 @@ def losses(cfg, mask, fast: int, macs: int) -> dict:
     which one core idles while the other computes because a row's chunks do not split evenly;
     ``weight_loading`` is 0 because the weights stay on chip.
     """
-    from sw.perfmodel import trace_cycles
+    from sw.perf.cycles import trace_cycles
 
     per_group = trace_cycles(cfg, mask)
     none_computed = mask.all(axis=1)

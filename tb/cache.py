@@ -52,10 +52,10 @@ def content_key(*parts) -> str:
 
 
 def cached_config_words(cfg, layers: list[dict], *, cache_dir: Path = CACHE, **kwargs) -> list[int]:
-    """:func:`hw.host.config_words` of ``cfg`` and ``layers`` (and ``kwargs``), from the cache when the
+    """:func:`hw.board.host.config_words` of ``cfg`` and ``layers`` (and ``kwargs``), from the cache when the
     same inputs were packed before. The key also covers the gateware's sources, which define the
     word layout."""
-    from hw.host import config_words
+    from hw.board.host import config_words
     from tb.runner import design_key
 
     key = content_key(cfg.to_dict(), [{k: np.asarray(v) for k, v in ly.items()} for ly in layers], kwargs,

@@ -1,4 +1,4 @@
-"""Golden-only rule changes: the spec (sw.quant) with one rule replaced, for showing that the corner
+"""Golden-only rule changes: the spec (sw.golden.quant) with one rule replaced, for showing that the corner
 trace (golden/corners) makes the RTL comparison fail when the golden model alone changes a rule
 (tests/test_corners.py at the golden level, tb/accelerator/test_accelerator.py against the RTL)."""
 
@@ -7,9 +7,10 @@ from pathlib import Path
 
 import numpy as np
 
-from sw import corners, quant
+from sw.golden import quant
+from sw.trace import corners
 
-# The floor and remainder come from the spec's own sw.quant.shift_parts; only the tie rule changes.
+# The floor and remainder come from the spec's own sw.golden.quant.shift_parts; only the tie rule changes.
 _shift_parts = quant.shift_parts
 
 
@@ -59,7 +60,7 @@ MUTATIONS = {
 
 @contextmanager
 def golden_rule_changed(name):
-    """The golden model (sw.quant) with one rule changed, for as long as the block runs."""
+    """The golden model (sw.golden.quant) with one rule changed, for as long as the block runs."""
     attr, repl, _ = MUTATIONS[name]
     old = getattr(quant, attr)
     setattr(quant, attr, repl)
@@ -76,7 +77,7 @@ def write_mutated_corners(out: Path, name: str) -> Path:
         manifest, t = corners.build()
     # The classes describe the inputs under the spec, whatever the changed rule makes of them.
     manifest["corners"] = spec["corners"]
-    from sw.decode_trace import write_decode_trace
+    from sw.trace.decode import write_decode_trace
 
     manifest["source"] += f" (golden rule changed: {name})"
     return write_decode_trace(out, manifest, t)

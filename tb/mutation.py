@@ -30,7 +30,7 @@ class Mutation:
     Parameters
     ----------
     path : str
-        Source file, e.g. ``"hw/dispatcher.py"``.
+        Source file, e.g. ``"hw/accel/dispatcher.py"``.
     old, new : str
         The exact text (it must occur once) and its replacement.
     """

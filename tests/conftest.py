@@ -3,11 +3,11 @@
 import pytest
 import torch
 
-from sw import data
-from sw.model import Decoder, ModelConfig
-from sw.tokenizer import VQTokenizer
-from sw.tokens import TokenLayout
-from sw.train import save_checkpoint
+from sw.model import data
+from sw.model.decoder import Decoder, ModelConfig
+from sw.model.tokenizer import VQTokenizer
+from sw.model.tokens import TokenLayout
+from sw.model.train import save_checkpoint
 
 
 @pytest.fixture(scope="session")

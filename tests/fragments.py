@@ -4,7 +4,7 @@ from amaranth.hdl import Instance
 
 
 class Ecp5Stub:
-    """Enough of a platform for :func:`hw.mult18.is_ecp5` to say yes."""
+    """Enough of a platform for :func:`hw.lib.mult18.is_ecp5` to say yes."""
     family = "ecp5"
 
 

@@ -9,9 +9,9 @@ from pathlib import Path
 import numpy as np
 from amaranth.sim import Simulator
 
-from hw.accelerator import Accelerator
-from hw.host import config_words, row_beats, trace_layers, unpack_y
-from sw.decode_trace import load_decode_trace
+from hw.accel.accelerator import Accelerator
+from hw.board.host import config_words, row_beats, trace_layers, unpack_y
+from sw.trace.decode import load_decode_trace
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -81,8 +81,8 @@ def small_case(seed=0):
     replays row 1 (its q.k_prev clears the threshold) and computes row 0."""
     from types import SimpleNamespace
 
-    from sw import quant
     from sw.config import AccelConfig
+    from sw.golden import quant
     from tests.test_mlp_core_sim import random_layer
 
     cfg = AccelConfig(d_model=8, d_ff=16, layers=1, tokens_per_frame=2, batch=2, rows=2, cols=2,
@@ -140,7 +140,7 @@ def run_small(static, chunk_rr=False):
 def test_drs_beats_static_with_one_row_replayed():
     """B = 2, P = 2, row 1 replayed: static leaves core 1 idle, DRS splits row 0 over both cores
     and takes fewer cycles; both agree with the cycle model."""
-    from sw.perfmodel import group_cycles
+    from sw.perf.cycles import group_cycles
 
     cfg, drs = run_small(static=False)
     _, static = run_small(static=True)
@@ -157,7 +157,7 @@ def test_chunk_round_robin_matches_the_cycle_model():
     j on core j mod 2), and each group's cycles those of the cycle model's chunk-RR schedule (exact
     with row 1 replayed; within the model's 2 % with both rows computed, where it counts one cycle
     more than the RTL in every schedule)."""
-    from sw.perfmodel import group_cycles
+    from sw.perf.cycles import group_cycles
 
     cfg, rr = run_small(static=False, chunk_rr=True)
     for mask, (cycles, busy) in zip(([0, 0], [0, 1]), rr, strict=True):

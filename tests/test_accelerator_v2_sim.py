@@ -5,10 +5,10 @@ import numpy as np
 import pytest
 from amaranth.sim import Simulator
 
-from hw.accelerator_v2 import AcceleratorV2
-from hw.host import row_beats, trace_layers, unpack_y
-from hw.host_v2 import config_words_v2
-from sw.decode_trace import load_decode_trace
+from hw.accel.accelerator_v2 import AcceleratorV2
+from hw.board.host import row_beats, trace_layers, unpack_y
+from hw.board.host_v2 import config_words_v2
+from sw.trace.decode import load_decode_trace
 from tests.test_accelerator_sim import configure, send_group
 
 

@@ -1,8 +1,8 @@
 """Bad input to every user-facing command gives one clear line and changes nothing.
 
 The commands: ``python sw/export_trace.py`` (checkpoint in, trace out), ``python -m sw.trace``
-(the check ``nox -s sim -- --trace DIR`` runs before any simulator starts), ``python -m sw.board``
-(the board host) and ``python -m sw.hf_loader`` (Hugging Face checkpoints). Each case breaks one
+(the check ``nox -s sim -- --trace DIR`` runs before any simulator starts), ``python -m hw.board.run``
+(the board host) and ``python -m sw.model.hf_loader`` (Hugging Face checkpoints). Each case breaks one
 thing in a copy of a good input (a truncated or corrupted tensor file, a manifest with wrong
 shapes, dtypes or checksums, NaN or inf weights, a threshold out of range, an output directory
 that already exists) and requires: exit status 1, exactly one line on stderr that names the file
@@ -22,7 +22,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from sw import quant
+from sw.golden import quant
 from tb.board.small_trace import write_small_trace
 
 #: Module-scoped fixtures: with pytest-xdist (--dist loadgroup) these tests share one worker.
@@ -120,7 +120,8 @@ def _changed_dtype(d, name, dtype):
 
 TRACE_COMMANDS = {
     "sim check (python -m sw.trace)": lambda d: ["-m", "sw.trace", d],
-    "board host (python -m sw.board)": lambda d: ["-m", "sw.board", "--port", "/dev/null", "--trace", d],
+    "board host (python -m hw.board.run)": lambda d: ["-m", "hw.board.run", "--port", "/dev/null",
+                                                      "--trace", d],
 }
 
 
@@ -149,8 +150,8 @@ def test_bad_trace(good_trace, tmp_path, case, command):
 def test_trace_breakages_are_planted(good_trace, tmp_path):
     """The breakages are real: every case but the ones that leave the files loadable fails the
     loader (and the unbroken copy passes, in the fixture)."""
-    from sw.decode_trace import load_decode_trace
-    from sw.trace import TraceError
+    from sw.trace.decode import load_decode_trace
+    from sw.trace.store import TraceError
 
     for case, (breakage, _) in TRACE_CASES.items():
         d = tmp_path / case.replace(" ", "_").replace("/", "_")
@@ -354,14 +355,14 @@ def test_bad_hf_checkpoint(hf_checkpoint, tmp_path, case):
     shutil.copytree(hf_checkpoint, d)
     breakage(d)
     before = snapshot(d)
-    r = run("-m", "sw.hf_loader", d)
+    r = run("-m", "sw.model.hf_loader", d)
     assert_one_clear_line(r, message)
-    assert r.stderr.startswith("sw.hf_loader: error: ")
+    assert r.stderr.startswith("sw.model.hf_loader: error: ")
     assert snapshot(d) == before
 
 
 def test_good_hf_checkpoint_loads(hf_checkpoint):
-    r = run("-m", "sw.hf_loader", hf_checkpoint)
+    r = run("-m", "sw.model.hf_loader", hf_checkpoint)
     assert r.returncode == 0 and "ok, 2 layers, d_model 32, d_ff 64" in r.stdout, r.stderr
 
 
@@ -378,7 +379,7 @@ def test_export_of_100000_frames_is_refused_at_once(tmp_path):
 
 @pytest.mark.parametrize("command", [
     ["sw/export_trace.py", "--frames", "40"],
-    ["sw/generate.py", "--frames", "40", "--prompt", "red square moves right"],
+    ["sw/model/generate.py", "--frames", "40", "--prompt", "red square moves right"],
 ])
 def test_memory_limit_is_applied(tiny_ckpt, tmp_path, command):
     """Under a lower memory limit (FASTCAR_MEMORY_LIMIT), a size that fits the machine is refused
@@ -416,10 +417,11 @@ def test_disk_budget_names_the_output(tmp_path):
 
 
 def test_generate_refuses_before_the_kv_cache(tiny_ckpt, monkeypatch):
-    """sw.model.generate, which every sweep and report calls, checks the same budget itself."""
-    from sw import budget, data
-    from sw.checkpoint import load_checkpoint
-    from sw.model import generate
+    """sw.model.decoder.generate, which every sweep and report calls, checks the same budget itself."""
+    from sw import budget
+    from sw.model import data
+    from sw.model.checkpoint import load_checkpoint
+    from sw.model.decoder import generate
 
     ck = load_checkpoint(tiny_ckpt)
     cond, uncond = ck.layout.prompt_batch(data.DEFAULT_PROMPTS[:1])

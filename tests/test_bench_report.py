@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from sw.config import DEFAULT_ACCEL, AccelConfig
-from sw.decode_trace import load_decode_trace, select_groups
-from sw.perfmodel import trace_cycles
+from sw.perf.cycles import trace_cycles
+from sw.trace.decode import load_decode_trace, select_groups
 from tb import bench
 
 GOLDEN = Path(__file__).resolve().parent.parent / "golden" / "fastcar"

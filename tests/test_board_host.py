@@ -1,4 +1,4 @@
-"""The host side of the board (``sw/board.py``) against a fake serial port that plays a perfect
+"""The host side of the board (``hw/board/run.py``) against a fake serial port that plays a perfect
 board by the protocol of ``docs/board.md``: the whole check passes; a changed output byte, a
 changed replay bit, a short answer, a status flag, a trace made for another geometry and a port
 that is not a board each give one clear error; the command line fails in one line."""
@@ -6,12 +6,12 @@ that is not a board each give one clear error; the command line fails in one lin
 import numpy as np
 import pytest
 
-from hw.accelerator import out_user_layout
-from hw.board_core import info_bytes, link_format
-from hw.host import group_beats
-from hw.uart_bridge import RESPONSE, Status
-from sw.board import BoardError, BoardLink, BoardMismatch, main, run_trace, select_groups
-from sw.decode_trace import load_decode_trace
+from hw.accel.accelerator import out_user_layout
+from hw.board.core import info_bytes, link_format
+from hw.board.host import group_beats
+from hw.board.run import BoardError, BoardLink, BoardMismatch, main, run_trace, select_groups
+from hw.board.uart_bridge import RESPONSE, Status
+from sw.trace.decode import load_decode_trace
 from tb.board.small_trace import SMALL_ACCEL, write_small_trace
 
 #: Module-scoped fixtures: with pytest-xdist (--dist loadgroup) these tests share one worker.
@@ -194,13 +194,14 @@ def test_counters_are_checked(trace):
 def test_cli_missing_port_is_one_line(trace, capsys):
     assert main(["--port", "/dev/no-such-serial-port", "--trace", str(trace.path), "--baud", "115200"]) == 1
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and err.startswith("sw.board: error: ") and "/dev/no-such-serial-port" in err
+    assert err.count("\n") == 1 and err.startswith("hw.board.run: error: ")
+    assert "/dev/no-such-serial-port" in err
 
 
 def test_cli_bad_trace_is_one_line(tmp_path, capsys):
     assert main(["--port", "/dev/null", "--trace", str(tmp_path / "nothing")]) == 1
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and err.startswith("sw.board: error: ") and "nothing" in err
+    assert err.count("\n") == 1 and err.startswith("hw.board.run: error: ") and "nothing" in err
 
 
 def test_y_beats_decode_like_the_gateware(trace):
@@ -219,7 +220,7 @@ def test_y_beats_decode_like_the_gateware(trace):
 def test_schedule_reaches_the_control_word(trace, static, chunk_rr):
     """``run_trace(static=, chunk_rr=)`` (``--static`` / ``--chunk-rr``) sets the control word's
     scheduling bits, the last configuration word."""
-    from hw.accelerator import cfg_layout, ctrl_layout
+    from hw.accel.accelerator import cfg_layout, ctrl_layout
 
     board = FakeBoard(SMALL_ACCEL, trace)
     run_trace(BoardLink(board), trace, select_groups(trace, "first:1"), static=static, chunk_rr=chunk_rr)

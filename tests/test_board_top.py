@@ -1,11 +1,11 @@
-"""The board top for the ULX3S-85F: the UART divider, which top ``hw.synth`` builds, and that the
+"""The board top for the ULX3S-85F: the UART divider, which top ``hw.flow.synth`` builds, and that the
 board top elaborates for the platform with the FTDI UART pins, the LEDs and the PLL (without
 running yosys or nextpnr)."""
 
 import pytest
 
-from hw import synth
-from hw.board_top import BoardTop, uart_divider
+from hw.board.top import BoardTop, uart_divider
+from hw.flow import synth
 from sw.config import DEFAULT_ACCEL, TileConfig
 from tb.board.small_trace import SMALL_ACCEL
 
@@ -26,7 +26,7 @@ def test_which_top(monkeypatch):
     assert isinstance(top, BoardTop) and top.clocks_per_bit == 50 and top.baud == board["uart"]["baud"]
     assert top.timeout == 150_000_000 * board["uart"]["timeout_ms"] // 1000
     top._MustUse__silence = True
-    monkeypatch.setattr("hw.top.make_top", lambda design: design)    # nothing to elaborate
+    monkeypatch.setattr("hw.accel.top.make_top", lambda design: design)    # nothing to elaborate
     for design, harness in ((DEFAULT_ACCEL, True), (TileConfig(rows=2, cols=2, k_dim=4, n_dim=4), False)):
         top = synth.make_board_top(design, board, pll, harness=harness)
         assert isinstance(top, synth.HarnessTop) and top.dut is design
@@ -56,4 +56,4 @@ def test_board_top_elaborates_for_the_ulx3s():
 def test_cli_bad_baud_is_one_line(tmp_path, capsys):
     assert synth.main(["--build-dir", str(tmp_path), "--baud", "7000000", "--mhz", "20"]) == 1
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "hw.synth: error: 7000000 baud cannot be made" in err
+    assert err.count("\n") == 1 and "hw.flow.synth: error: 7000000 baud cannot be made" in err

@@ -18,7 +18,15 @@ from amaranth.lib import memory, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.sim import Simulator
 
-from hw.bram import Bram, BramReference, BramTdp, BramTdpReference, data_width_for, initvals, word_position
+from hw.lib.bram import (
+    Bram,
+    BramReference,
+    BramTdp,
+    BramTdpReference,
+    data_width_for,
+    initvals,
+    word_position,
+)
 from tests.fragments import Ecp5Stub, instances
 
 

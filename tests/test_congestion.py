@@ -1,10 +1,10 @@
-"""hw.congestion: spread per band and the RUDY estimate on a hand-made placed netlist."""
+"""hw.flow.congestion: spread per band and the RUDY estimate on a hand-made placed netlist."""
 
 import json
 
 import pytest
 
-from hw import congestion
+from hw.flow import congestion
 
 
 def _cell(kind, x, y, conns, slot="SLICEA"):

@@ -1,4 +1,4 @@
-"""The corner-case trace (sw/corners.py, golden/corners): the committed copy is what the command
+"""The corner-case trace (sw/trace/corners.py, golden/corners): the committed copy is what the command
 makes, it holds every class, it follows the rules, and every class is live: changing one rule in
 the golden model alone changes the trace's expected outputs (the RTL side of this is in
 tb/accelerator/test_accelerator.py)."""
@@ -9,8 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sw import corners, quant
-from sw.decode_trace import check_decode_trace, load_decode_trace
+from sw.golden import quant
+from sw.trace import corners
+from sw.trace.decode import check_decode_trace, load_decode_trace
 from tb.golden_mutants import MUTATIONS, golden_rule_changed, round_half_away, round_half_up
 
 REPO = Path(__file__).resolve().parent.parent
@@ -114,7 +115,7 @@ def test_ties_of_every_stage_reach_the_output(stage, rounding, committed):
 
 def test_group_selection_with_a_frame_limit(committed):
     """``first:N:F``: positions < N in frames < F, in decode order; bad specs are refused."""
-    from sw.decode_trace import select_groups
+    from sw.trace.decode import select_groups
 
     g = select_groups(committed, "first:1:4")
     assert len(g) == 16 and g == sorted(g)

@@ -1,4 +1,4 @@
-"""The v2 cycle model (sw/cycles_v2.py): its pipeline depths are the RTL blocks' own, and the
+"""The v2 cycle model (sw/perf/cycles_v2.py): its pipeline depths are the RTL blocks' own, and the
 schedules behave as the RTL's (the regression compares it with the RTL's counter on every group)."""
 
 import dataclasses
@@ -7,19 +7,19 @@ import numpy as np
 import pytest
 
 from sw.config import DEFAULT_ACCEL
-from sw.cycles_v2 import Latencies, group_cycles_v2, trace_cycles_v2
-from sw.perfmodel import trace_cycles
+from sw.perf.cycles import trace_cycles
+from sw.perf.cycles_v2 import Latencies, group_cycles_v2, trace_cycles_v2
 
 V2 = dataclasses.replace(DEFAULT_ACCEL, datapath=2)
 
 
 def test_latencies_are_the_blocks_own():
-    from hw.mult18 import Mult18
-    from hw.mv_core import mv_acc_bits
-    from hw.mv_unit import MvUnit
-    from hw.requant_lane import RequantLane
-    from hw.tas_group import TasGroup
-    from hw.weight_store import WeightStore
+    from hw.accel.mv_core import mv_acc_bits
+    from hw.accel.mv_unit import MvUnit
+    from hw.accel.requant_lane import RequantLane
+    from hw.accel.tas_group import TasGroup
+    from hw.accel.weight_store import WeightStore
+    from hw.lib.mult18 import Mult18
 
     lat = Latencies(V2)
     tas = TasGroup(V2.d_model, V2.layers, V2.tokens_per_frame, V2.batch, lanes=V2.tas_lanes)
@@ -31,7 +31,7 @@ def test_latencies_are_the_blocks_own():
 
 
 def test_row_out_latency_is_the_blocks_own():
-    from hw.row_out import RowOut
+    from hw.accel.row_out import RowOut
     assert Latencies(V2).row_out == RowOut(V2, cores=2, tag_bits=2).latency
 
 

@@ -1,10 +1,10 @@
-"""The procedural text-to-video dataset (sw.data) and the patch VQ tokenizer (sw.tokenizer)."""
+"""The procedural text-to-video dataset (sw.model.data) and the patch VQ tokenizer (sw.model.tokenizer)."""
 
 import numpy as np
 import pytest
 
-from sw import data
-from sw.tokenizer import VQTokenizer, psnr
+from sw.model import data
+from sw.model.tokenizer import VQTokenizer, psnr
 
 #: Module-scoped fixtures: with pytest-xdist (--dist loadgroup) these tests share one worker.
 pytestmark = pytest.mark.xdist_group("test_data_tokenizer")

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from amaranth.sim import Simulator
 
-from hw.dispatcher import Dispatcher, row_job_layout
-from hw.payload import pack
+from hw.accel.dispatcher import Dispatcher, row_job_layout
+from hw.accel.payload import pack
 from tests.streams import stream_put
 
 

@@ -10,12 +10,13 @@ import numpy as np
 import pytest
 import torch
 
-from sw import data, quant
-from sw.checkpoint import CheckpointError, load_checkpoint
-from sw.decode_trace import check_decode_trace, gemm_case, load_decode_trace
-from sw.export_trace import export_decode_trace
-from sw.golden import calibrate
-from sw.trace import TraceError
+from sw.golden import quant
+from sw.golden.calibrate import calibrate
+from sw.model import data
+from sw.model.checkpoint import CheckpointError, load_checkpoint
+from sw.trace.decode import check_decode_trace, gemm_case, load_decode_trace
+from sw.trace.export import export_decode_trace
+from sw.trace.store import TraceError
 
 REPO = Path(__file__).resolve().parent.parent
 

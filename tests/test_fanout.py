@@ -1,8 +1,8 @@
-"""hw.fanout on a hand-made netlist: counts, names and pin kinds, and one-line errors."""
+"""hw.flow.fanout on a hand-made netlist: counts, names and pin kinds, and one-line errors."""
 
 import json
 
-from hw.fanout import high_fanout, main
+from hw.flow.fanout import high_fanout, main
 
 
 def netlist():

@@ -1,4 +1,4 @@
-"""Full-step traces (sw/full_step_trace.py): the export verifies, and a planted change in any one
+"""Full-step traces (sw/trace/full_step.py): the export verifies, and a planted change in any one
 stored tensor (checksum updated, so only the recomputation can see it) is caught and named."""
 
 import hashlib
@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sw.full_step_trace import DIMS, check_full_step, export_full_step, load_full_step, tensor_specs
+from sw.trace.full_step import DIMS, check_full_step, export_full_step, load_full_step, tensor_specs
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -71,7 +71,7 @@ def _plant(src: Path, dst: Path, name: str, tr) -> None:
 
 
 def tensor_specs_names_stored():
-    from sw.full_step_trace import STEP_NAMES
+    from sw.trace.full_step import STEP_NAMES
 
     return (*STEP_NAMES, "logits")
 

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 from amaranth.sim import Simulator
 
-from hw.gemm_tile import GemmTile
-from hw.payload import pack_int8, rq_words, weight_words
+from hw.accel.gemm_tile import GemmTile
+from hw.accel.payload import pack_int8, rq_words, weight_words
 from sw.config import TileConfig
 from tests.streams import load_words
 

@@ -4,10 +4,10 @@ import numpy as np
 import pytest
 from amaranth.sim import Simulator
 
-from hw.gemm_tile import GemmTile
-from hw.payload import pack_int8, rq_words, unpack_int8, weight_words
-from sw import quant
+from hw.accel.gemm_tile import GemmTile
+from hw.accel.payload import pack_int8, rq_words, unpack_int8, weight_words
 from sw.config import TileConfig
+from sw.golden import quant
 from tests.streams import load_words, stream_get, stream_put
 
 

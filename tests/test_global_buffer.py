@@ -1,9 +1,9 @@
-"""hw.global_buffer: a DCCA on ECP5, the net itself elsewhere."""
+"""hw.lib.global_buffer: a DCCA on ECP5, the net itself elsewhere."""
 
 from amaranth import Module, Signal
 from amaranth.back import rtlil
 
-from hw.global_buffer import global_buffer
+from hw.lib.global_buffer import global_buffer
 
 
 class FakeEcp5:

@@ -7,8 +7,8 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from sw.hf_loader import HFLoadError, config_from_hf, load_hf_llama
-from sw.model import FastCarConfig, generate
+from sw.model.decoder import FastCarConfig, generate
+from sw.model.hf_loader import HFLoadError, config_from_hf, load_hf_llama
 
 #: Module-scoped fixtures: with pytest-xdist (--dist loadgroup) these tests share one worker.
 pytestmark = pytest.mark.xdist_group("test_hf_loader")

@@ -1,15 +1,15 @@
-"""The fast row packer of the host side (hw.host.pack_struct) against Amaranth's own constants."""
+"""The fast row packer of the host side (hw.board.host.pack_struct) against Amaranth's own constants."""
 
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from hw.accelerator import row_in_layout
-from hw.host import pack_struct, row_beats
-from hw.payload import pack
-from sw import quant
+from hw.accel.accelerator import row_in_layout
+from hw.accel.payload import pack
+from hw.board.host import pack_struct, row_beats
 from sw.config import DEFAULT_ACCEL, AccelConfig
+from sw.golden import quant
 
 
 def reference_rows(cfg, tr, g, threshold=None):
@@ -23,7 +23,7 @@ def reference_rows(cfg, tr, g, threshold=None):
 
 
 def test_row_beats_match_amaranth_constants():
-    from sw.decode_trace import load_decode_trace
+    from sw.trace.decode import load_decode_trace
 
     tr = load_decode_trace(Path(__file__).resolve().parent.parent / "golden" / "fastcar")
     for g in range(0, len(tr.group_layer), 97):
@@ -59,8 +59,8 @@ def test_control_word_keeps_its_bit_positions():
     """``chunk_rr`` is the last field of the control word, so the earlier fields keep the bit
     positions of words packed before it existed; ``config_words`` sets that bit, and only it, for
     chunk round-robin (and the ``static`` bit for static)."""
-    from hw.accelerator import cfg_layout, ctrl_layout
-    from hw.host import config_words
+    from hw.accel.accelerator import cfg_layout, ctrl_layout
+    from hw.board.host import config_words
     from tests.test_accelerator_sim import small_case
 
     lay = ctrl_layout()

@@ -1,5 +1,5 @@
 """The chunked MLP cores against the golden SwiGLU: the int32 partial sums of every hidden chunk,
-added up and requantised, give ``sw.quant.swiglu_int8`` exactly. Random weights on small cores
+added up and requantised, give ``sw.golden.quant.swiglu_int8`` exactly. Random weights on small cores
 (two layers, several chunks, two cores sharing the weights) and computed rows of the shipped
 decode trace on the real geometry."""
 
@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 from amaranth.sim import Simulator
 
-from hw.mlp_core import MlpCore, job_layout
-from hw.payload import mlp_loads, pack
-from sw import quant
-from sw.decode_trace import load_decode_trace
+from hw.accel.mlp_core import MlpCore, job_layout
+from hw.accel.payload import mlp_loads, pack
+from sw.golden import quant
+from sw.trace.decode import load_decode_trace
 from tests.streams import load_words, stream_put
 
 REPO = Path(__file__).resolve().parent.parent

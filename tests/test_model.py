@@ -6,8 +6,7 @@ import math
 import pytest
 import torch
 
-from sw.fastcar import FastCarConfigError, sparse_attention_mask, temporal_attention_score
-from sw.model import (
+from sw.model.decoder import (
     Decoder,
     FastCarConfig,
     ModelConfig,
@@ -15,6 +14,7 @@ from sw.model import (
     SparseConfig,
     generate,
 )
+from sw.model.fastcar import FastCarConfigError, sparse_attention_mask, temporal_attention_score
 
 INF = math.inf
 
@@ -495,10 +495,10 @@ def test_spatial_embedding_decode_matches_forward():
 
 
 def test_float64_decoder_is_the_float32_one_in_more_bits():
-    """`sw.golden.use_float64` (what the trace export runs): RoPE tables, norms, decode and sampling
+    """`sw.golden.calibrate.use_float64` (what the trace export runs): RoPE tables, norms, decode and sampling
     stay in float64 and agree with the float32 model to float32 precision."""
-    from sw.golden import use_float64
-    from sw.model import rope_tables
+    from sw.golden.calibrate import use_float64
+    from sw.model.decoder import rope_tables
 
     cos32, sin32 = rope_tables(64, 16, 10000.0)
     cos64, sin64 = rope_tables(64, 16, 10000.0, torch.float64)

@@ -6,7 +6,7 @@ import pytest
 from amaranth.hdl import Fragment
 from amaranth.sim import Simulator
 
-from hw.mult18 import Mult18, is_ecp5
+from hw.lib.mult18 import Mult18, is_ecp5
 from tests.fragments import Ecp5Stub, instances
 
 

@@ -1,16 +1,16 @@
 """One v2 MLP core on a weight store: every chunk's row accumulator against the integer SwiGLU
-(gate, up, SiLU table, gated product, h @ wd, all from sw.quant), jobs in any order, several rows
+(gate, up, SiLU table, gated product, h @ wd, all from sw.golden.quant), jobs in any order, several rows
 and layers, the core's pass schedule and its cycle count."""
 
 import numpy as np
 from amaranth import Elaboratable, Module
 from amaranth.sim import Simulator
 
-from hw.mv_core import MvCore
-from hw.mv_layout import gu_table_index, pass_lengths, weight_blocks
-from hw.weight_store import WeightStore
-from sw import quant
+from hw.accel.mv_core import MvCore
+from hw.accel.mv_layout import gu_table_index, pass_lengths, weight_blocks
+from hw.accel.weight_store import WeightStore
 from sw.config import AccelConfig
+from sw.golden import quant
 
 SMALL = AccelConfig(d_model=16, d_ff=32, layers=2, tokens_per_frame=2, batch=2, rows=2, cols=2, cores=2,
                     chunks=2, gate_lanes=2, tas_lanes=4, mv_in=4, mv_out=4)

@@ -16,10 +16,10 @@ from amaranth.back import rtlil, verilog
 from amaranth.hdl import Fragment
 from amaranth.sim import Simulator
 
-from hw.mv_unit import MvUnit, tree_levels, tree_width
-from hw.synth import BUILD_OVERRIDES
-from sw import quant
+from hw.accel.mv_unit import MvUnit, tree_levels, tree_width
+from hw.flow.synth import BUILD_OVERRIDES
 from sw.config import DEFAULT_ACCEL
+from sw.golden import quant
 from tests.fragments import Ecp5Stub, instances
 
 #: The accumulator width the v2 datapath uses: a GU pass sums d_model products, a D pass chunk_width.
@@ -217,7 +217,7 @@ def test_yosys_maps_the_default_unit_to_64_dsps_and_no_lut_multiplier(tmp_path):
     ports = [top.i.valid, Value.cast(top.i.payload), top.o.valid, Value.cast(top.o.payload)]
     assert "$mul" not in rtlil.convert(top, name="mv", platform=Ecp5Stub(), ports=ports)
     (tmp_path / "mv.v").write_text(verilog.convert(top, name="mv", platform=Ecp5Stub(), ports=ports))
-    # The board flow's workaround (hw.synth.BUILD_OVERRIDES): ABC9 trips over the "x[0]" alias names.
+    # The board flow's workaround (hw.flow.synth.BUILD_OVERRIDES): ABC9 trips over the "x[0]" alias names.
     script = (f"read_verilog mv.v; {BUILD_OVERRIDES['script_after_read']}; synth_ecp5 -top mv; "
               "write_json mv.json")
     r = subprocess.run([_yosys(), "-q", "-p", script], cwd=tmp_path, capture_output=True, text=True)

@@ -1,4 +1,4 @@
-"""The v2 cycle model (``sw/perfmodel_v2.py``): closed forms, schedule invariants, the trace figures
+"""The v2 cycle model (``sw/perf/study_v2.py``): closed forms, schedule invariants, the trace figures
 quoted in ``docs/architecture.md`` ("v2 datapath: design study")."""
 
 import itertools
@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sw.perfmodel_v2 import (
+from sw.perf.study_v2 import (
     DEFAULT_V2,
     SCHEDULES,
     V2Geometry,
@@ -160,7 +160,7 @@ def test_advance_skips_stalls():
 
 def test_v1_chunk_round_robin_equals_its_drs_on_equal_chunks():
     from sw.config import DEFAULT_ACCEL
-    from sw.perfmodel import group_cycles
+    from sw.perf.cycles import group_cycles
 
     for mask in MASKS:
         assert v1_group_cycles_chunk_rr(DEFAULT_ACCEL, mask) == group_cycles(DEFAULT_ACCEL, mask)
@@ -184,7 +184,7 @@ def test_resources_of_the_proposal():
 
 
 def test_whole_trace_figures():
-    from sw.decode_trace import load_decode_trace
+    from sw.trace.decode import load_decode_trace
 
     replay = load_decode_trace(GOLDEN, verify=False).replay.astype(np.uint8)
     rows, computed = replay.size, int((1 - replay).sum())

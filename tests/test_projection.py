@@ -1,5 +1,5 @@
 """The cycle model against cycles that the RTL measures here, the bench's model check, and the
-projection's arithmetic, inputs and command line (``sw/projection.py``)."""
+projection's arithmetic, inputs and command line (``sw/perf/projection.py``)."""
 
 import json
 from pathlib import Path
@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 from amaranth.sim import Simulator
 
-from hw.accelerator import Accelerator
-from hw.host import config_words, row_beats
-from sw import projection as pj
+from hw.accel.accelerator import Accelerator
+from hw.board.host import config_words, row_beats
 from sw.config import DEFAULT_ACCEL, AccelConfig
-from sw.perfmodel import group_cycles
+from sw.perf import projection as pj
+from sw.perf.cycles import group_cycles
 from tb.bench import MODEL_TOLERANCE, model_check
 from tests.test_accelerator_sim import configure, send_group
 from tests.test_mlp_core_sim import random_layer
@@ -342,7 +342,7 @@ def test_energy_model_counts_what_replay_skips():
 
 
 def test_model_sizes_agree_with_the_report():
-    from sw.report import VILA_U_7B
+    from sw.evidence.report import VILA_U_7B
 
     for k in ("d_model", "d_ff", "tokens_per_frame", "frames", "prompt_len"):
         assert pj.VILA_U_7B[k] == VILA_U_7B[k], k
@@ -365,7 +365,7 @@ def test_cli_writes_refuses_and_names_bad_input(tmp_path, capsys):
     rep = json.loads((out / "report.json").read_text())
     assert rep["clock"]["measured"] and rep["clock"]["mhz"] == 80.0
     md = (out / "report.md").read_text()
-    assert "python -m sw.projection --bench" in md
+    assert "python -m sw.perf.projection --bench" in md
     # The report follows the datapaths: the shipped one and the projected v2, not v1's geometry.
     cfg7 = pj.projected_accel(2)
     assert rep["shipped"]["mac_units"] == DEFAULT_ACCEL.mac_units
@@ -379,7 +379,7 @@ def test_cli_writes_refuses_and_names_bad_input(tmp_path, capsys):
     write_json(bench, {"points": [{"tau": -1.5}]})
     assert pj.main([*args, "--force"]) == 2
     err = capsys.readouterr().err.strip()
-    assert err == f"sw.projection: {bench}: field 'points[0].groups' is missing"
+    assert err == f"sw.perf.projection: {bench}: field 'points[0].groups' is missing"
     assert (out / "report.md").read_text() == "mine"     # a failed run leaves the old report
     write_json(bench, {"points": [good]})
     assert pj.main(["--bench", str(bench), "--synth", str(tmp_path / "none.json"), "--assume-mhz", "50",

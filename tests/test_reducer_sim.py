@@ -1,17 +1,17 @@
 """Packet arbiter + reducer: partial sums from several producers, interleaved chunk by chunk,
-add up per row and requantise exactly as sw.quant; no packet is split or lost."""
+add up per row and requantise exactly as sw.golden.quant; no packet is split or lost."""
 
 import numpy as np
 from amaranth import Module
 from amaranth.lib import wiring
 from amaranth.sim import Simulator
 
-from hw.mlp_core import partial_layout
-from hw.packet_arbiter import PacketArbiter
-from hw.payload import pack, rq_words, unpack_int8
-from hw.reducer import Reducer
-from sw import quant
+from hw.accel.mlp_core import partial_layout
+from hw.accel.payload import pack, rq_words, unpack_int8
+from hw.accel.reducer import Reducer
+from hw.lib.packet_arbiter import PacketArbiter
 from sw.config import TileConfig
+from sw.golden import quant
 from tests.streams import load_words
 
 

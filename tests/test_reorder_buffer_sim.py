@@ -6,7 +6,7 @@ import pytest
 from amaranth.hdl import unsigned
 from amaranth.sim import Simulator
 
-from hw.reorder_buffer import ReorderBuffer
+from hw.lib.reorder_buffer import ReorderBuffer
 
 
 @pytest.mark.parametrize("depth,seed", [(4, 0), (8, 1), (8, 2)])

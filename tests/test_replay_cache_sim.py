@@ -6,9 +6,9 @@ from pathlib import Path
 import numpy as np
 from amaranth.sim import Simulator
 
-from hw.payload import pack, unpack_int8
-from hw.replay_cache import ReplayCache, request_layout
-from sw.decode_trace import load_decode_trace
+from hw.accel.payload import pack, unpack_int8
+from hw.accel.replay_cache import ReplayCache, request_layout
+from sw.trace.decode import load_decode_trace
 from tests.streams import stream_get, stream_put
 
 REPO = Path(__file__).resolve().parent.parent

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from sw import bench_speed, report
+from sw.evidence import bench_speed, report
 
 
 def test_decoder_flops_arithmetic():

@@ -1,12 +1,12 @@
-"""The fixed-latency requantiser lane against sw.quant.requantize: ties, saturation, shift 0 and the
+"""The fixed-latency requantiser lane against sw.golden.quant.requantize: ties, saturation, shift 0 and the
 widest shifts, operand extremes, one value per cycle, both DSP arrangements (one and two blocks)."""
 
 import numpy as np
 import pytest
 from amaranth.sim import Simulator
 
-from hw.requant_lane import RequantLane
-from sw import quant
+from hw.accel.requant_lane import RequantLane
+from sw.golden import quant
 
 
 def cases_for(acc_bits, seed=7):

@@ -1,12 +1,12 @@
-"""The RTL requantiser against sw.quant.requantize on the cases that matter: ties, saturation,
+"""The RTL requantiser against sw.golden.quant.requantize on the cases that matter: ties, saturation,
 shift 0 and the widest shifts, operand extremes."""
 
 import numpy as np
 from amaranth.sim import Simulator
 
-from hw.payload import pack
-from hw.requant import Requant, load_layout
-from sw import quant
+from hw.accel.payload import pack
+from hw.accel.requant import Requant, load_layout
+from sw.golden import quant
 
 LANES = 4
 

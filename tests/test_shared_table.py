@@ -1,11 +1,11 @@
-"""hw.shared_table.SharedTable: two readers against a dictionary of the written words, the read
+"""hw.lib.shared_table.SharedTable: two readers against a dictionary of the written words, the read
 latency, the blocks it takes, and that a planted bug (a reader on the wrong port) is caught."""
 
 import numpy as np
 import pytest
 from amaranth.sim import Simulator
 
-from hw.shared_table import SharedTable
+from hw.lib.shared_table import SharedTable
 
 
 def run_table(dut, writes, reads, *, swap=False):

@@ -10,10 +10,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sw import int8
-from sw.checkpoint import load_checkpoint
 from sw.config import DEFAULT_TILE, SHIPPED_MODEL
-from sw.decode_trace import check_decode_trace, load_decode_trace
+from sw.golden import int8
+from sw.model.checkpoint import load_checkpoint
+from sw.trace.decode import check_decode_trace, load_decode_trace
 
 #: Module-scoped fixtures: with pytest-xdist (--dist loadgroup) these tests share one worker.
 pytestmark = pytest.mark.xdist_group("test_shipped")
@@ -44,7 +44,7 @@ def test_committed_decode_trace_is_consistent():
 
 #: Two float code paths for the same export: ATen's default-capability (non-vectorised) kernels and
 #: MKL's compatible (SSE2) BLAS path against what this CPU picks by itself. Their float64 results
-#: differ in the last bits (``python -m sw.reproducibility``); the traces must not.
+#: differ in the last bits (``python -m sw.evidence.reproducibility``); the traces must not.
 CODE_PATHS = {
     "native": {},
     "ATEN_CPU_CAPABILITY=default, MKL_CBWR=COMPATIBLE": {"ATEN_CPU_CAPABILITY": "default",

@@ -1,11 +1,11 @@
-"""The SiLU lookup unit over all 256 inputs, against sw.quant.apply_lut."""
+"""The SiLU lookup unit over all 256 inputs, against sw.golden.quant.apply_lut."""
 
 import numpy as np
 from amaranth.sim import Simulator
 
-from hw.payload import pack, pack_int8, unpack_int8
-from hw.silu_lut import SiluLut
-from sw import quant
+from hw.accel.payload import pack, pack_int8, unpack_int8
+from hw.accel.silu_lut import SiluLut
+from sw.golden import quant
 from tests.streams import load_words, stream_get, stream_put
 
 

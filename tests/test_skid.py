@@ -1,4 +1,4 @@
-"""The register slice (hw/skid.py) passes every beat once, in order, under random valid and ready;
+"""The register slice (hw/lib/skid.py) passes every beat once, in order, under random valid and ready;
 sustains one beat per cycle at its stated latency; and has no combinational path through the
 directions its mode registers."""
 
@@ -14,7 +14,7 @@ from amaranth.hdl import Fragment, Shape, UnusedElaboratable, Value, unsigned
 from amaranth.lib import data
 from amaranth.sim import Simulator
 
-from hw.skid import SkidBuffer
+from hw.lib.skid import SkidBuffer
 from tb.mutation import Mutation
 
 MODES = SkidBuffer.MODES
@@ -237,21 +237,21 @@ def check_paths(mode, paths, full):
         f"combinational paths {sorted(paths)}, expected only {sorted(COMB_PATHS[mode])}")
 
 
-#: Planted bugs in hw/skid.py (never written to the working tree): the mode they break, the test
+#: Planted bugs in hw/lib/skid.py (never written to the working tree): the mode they break, the test
 #: that must catch each on its own, and the words of its failure.
 PLANTED = {
     "skid-never-fills": (
-        Mutation("hw/skid.py", "        with m.Elif(empty & i.valid):\n"
+        Mutation("hw/lib/skid.py", "        with m.Elif(empty & i.valid):\n"
                                "            m.d.sync += empty.eq(0)\n", ""),
         "full", "scoreboard", "a beat was lost"),
     "main-skips-skid": (
-        Mutation("hw/skid.py", "main.eq(Mux(empty, i_bits, skid))", "main.eq(i_bits)"),
+        Mutation("hw/lib/skid.py", "main.eq(Mux(empty, i_bits, skid))", "main.eq(i_bits)"),
         "full", "scoreboard", "a beat was lost"),
     "backward-skid-ignored": (
-        Mutation("hw/skid.py", "o_bits.eq(Mux(empty, i_bits, skid))", "o_bits.eq(i_bits)"),
+        Mutation("hw/lib/skid.py", "o_bits.eq(Mux(empty, i_bits, skid))", "o_bits.eq(i_bits)"),
         "backward", "scoreboard", "a beat was lost"),
     "ready-through": (
-        Mutation("hw/skid.py", "i.ready.eq(empty)", "i.ready.eq(empty | o.ready)"),
+        Mutation("hw/lib/skid.py", "i.ready.eq(empty)", "i.ready.eq(empty | o.ready)"),
         "full", "paths", "('o.ready', 'i.ready')"),
 }
 

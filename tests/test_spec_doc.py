@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from sw.decode_trace import load_decode_trace, select_groups
+from sw.trace.decode import load_decode_trace, select_groups
 
 REPO = Path(__file__).resolve().parent.parent
 DOC = REPO / "docs" / "quantization.md"
@@ -79,7 +79,7 @@ def test_page_reproduces_the_shipped_trace(ns):
 
 
 def test_page_reproduces_an_export_with_the_drift_guard(ns, tiny_ckpt, tmp_path):
-    from sw.export_trace import export_decode_trace
+    from sw.trace.export import export_decode_trace
 
     export_decode_trace(tmp_path / "g", checkpoint=tiny_ckpt, frames=5, tau=0.0, refresh_every=3,
                         max_chain=1, progress=False)
@@ -105,10 +105,10 @@ def test_the_check_fails_on_a_page_with_another_rule(ns):
 
 
 def test_page_states_the_decoder_layer_rules_as_the_code_does(ns):
-    """The page's RMSNorm, RoPE, softmax and division against sw.quant's, on random integers."""
+    """The page's RMSNorm, RoPE, softmax and division against sw.golden.quant's, on random integers."""
     import numpy as np
 
-    from sw import quant
+    from sw.golden import quant
 
     rng = np.random.default_rng(3)
     for _ in range(20):

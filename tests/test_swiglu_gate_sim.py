@@ -1,13 +1,13 @@
-"""The SwiGLU gating stage against sw.quant (SiLU table, int16 product, requantisation), with a
+"""The SwiGLU gating stage against sw.golden.quant (SiLU table, int16 product, requantisation), with a
 table and parameters per layer and a tag carried through."""
 
 import numpy as np
 import pytest
 from amaranth.sim import Simulator
 
-from hw.payload import pack, unpack_int8
-from hw.swiglu_gate import SwigluGate, gate_in_layout, lut_load_layout
-from sw import quant
+from hw.accel.payload import pack, unpack_int8
+from hw.accel.swiglu_gate import SwigluGate, gate_in_layout, lut_load_layout
+from sw.golden import quant
 from tests.streams import load_words, stream_get, stream_put
 
 

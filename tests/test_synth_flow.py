@@ -12,7 +12,7 @@ def test_synth_small_tile(tmp_path):
     tile = tmp_path / "tile.json"
     tile.write_text(json.dumps({"rows": 2, "cols": 2, "k_dim": 4, "n_dim": 4}))
     out = tmp_path / "synth"
-    r = subprocess.run([sys.executable, "-m", "hw.synth", "--tile", str(tile), "--build-dir", str(out),
+    r = subprocess.run([sys.executable, "-m", "hw.flow.synth", "--tile", str(tile), "--build-dir", str(out),
                         "--mhz", "50"], cwd=REPO, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr[-3000:]
     report = json.loads((out / "report.json").read_text())
@@ -30,7 +30,7 @@ def test_synth_small_tile(tmp_path):
 def test_synth_bad_tile_is_one_line(tmp_path):
     tile = tmp_path / "tile.json"
     tile.write_text(json.dumps({"rows": 1, "cols": 1, "k_dim": 200000, "n_dim": 1}))
-    r = subprocess.run([sys.executable, "-m", "hw.synth", "--tile", str(tile)], cwd=REPO,
+    r = subprocess.run([sys.executable, "-m", "hw.flow.synth", "--tile", str(tile)], cwd=REPO,
                        capture_output=True, text=True)
     assert r.returncode == 1
     assert r.stderr.count("\n") == 1 and "could overflow the int32 accumulator" in r.stderr

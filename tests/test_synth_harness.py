@@ -10,7 +10,7 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.sim import Simulator
 
-from hw.synth_harness import _ACC_WIDTH, _TREE_ARITY, SynthHarness, _fold_tree
+from hw.flow.synth_harness import _ACC_WIDTH, _TREE_ARITY, SynthHarness, _fold_tree
 
 
 def _tree_model(value, width):

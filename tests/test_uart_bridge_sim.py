@@ -13,7 +13,7 @@ from amaranth.hdl import UnusedElaboratable
 from amaranth.lib import data, stream
 from amaranth.sim import Simulator
 
-from hw.uart_bridge import RESPONSE, Status, UartBridge, framing
+from hw.board.uart_bridge import RESPONSE, Status, UartBridge, framing
 
 A = stream.Signature(12)                                                          # plain payload
 B = stream.Signature(data.StructLayout({"data": 20, "user": 3, "last": 1}))      # framed packet

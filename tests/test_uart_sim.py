@@ -8,8 +8,8 @@ import pytest
 from amaranth import Module
 from amaranth.sim import Simulator
 
-from hw.uart_rx import UartRx
-from hw.uart_tx import UartTx
+from hw.board.uart_rx import UartRx
+from hw.board.uart_tx import UartTx
 
 
 async def put_byte(ctx, stream, byte):
@@ -140,7 +140,7 @@ def test_tx_waveform():
 
 
 def test_clocks_per_bit_is_checked():
-    from hw.uart_rx import check_clocks_per_bit
+    from hw.board.uart_rx import check_clocks_per_bit
 
     with pytest.raises(ValueError, match="at least 4"):
         check_clocks_per_bit(3)

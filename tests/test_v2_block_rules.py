@@ -12,11 +12,11 @@ from amaranth.hdl import Const, Fragment, Signal
 from amaranth.hdl._mem import MemoryInstance
 from amaranth.sim import Simulator
 
-from hw.mv_core import MvCore
-from hw.requant_lane import MUX2_INIT, shift_right
-from hw.row_out import RowOut
-from sw import quant
+from hw.accel.mv_core import MvCore
+from hw.accel.requant_lane import MUX2_INIT, shift_right
+from hw.accel.row_out import RowOut
 from sw.config import DEFAULT_ACCEL, AccelConfig
+from sw.golden import quant
 from tests.fragments import Ecp5Stub, instances
 
 V2 = dataclasses.replace(DEFAULT_ACCEL, datapath=2)

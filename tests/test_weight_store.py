@@ -18,7 +18,7 @@ from amaranth.back import rtlil
 from amaranth.hdl import Fragment
 from amaranth.sim import Simulator
 
-from hw.weight_store import WeightStore, block_to_words, weight_position, words_to_block
+from hw.accel.weight_store import WeightStore, block_to_words, weight_position, words_to_block
 from sw.config import DEFAULT_ACCEL, AccelConfig
 from tests.fragments import Ecp5Stub, instances
 
@@ -238,7 +238,7 @@ def test_synthesis_default_store_maps_to_dp16kd(tmp_path):
     # The ports without the constant ``w.ready`` (always_ready), which a top level cannot have.
     ports = [v for v in (Value.cast(v) for *_, v in dut.signature.flatten(dut)) if not isinstance(v, Const)]
     (tmp_path / "ws.il").write_text(rtlil.convert(dut, name="ws", ports=ports))
-    # ``rename -hide w:*]`` as in hw.synth: ABC9 trips over the names of data.View elements.
+    # ``rename -hide w:*]`` as in hw.flow.synth: ABC9 trips over the names of data.View elements.
     script = "read_rtlil ws.il; rename -hide w:*]; synth_ecp5 -top ws; write_json ws.json"
     r = subprocess.run([_yosys(), "-q", "-p", script],
                        cwd=tmp_path, capture_output=True, text=True)

@@ -8,8 +8,8 @@ __all__ = ["assume_groups"]
 
 def assume_groups(m, dut):
     """The host sends each group as ``batch`` rows numbered ``0 .. batch-1`` in order, ``tlast``
-    on the last (``hw.host.row_beats``): assumed of the ``x`` stream of a
-    :class:`hw.accelerator.Accelerator`."""
+    on the last (``hw.board.host.row_beats``): assumed of the ``x`` stream of a
+    :class:`hw.accel.accelerator.Accelerator`."""
     B = dut.config.batch
     k = Signal(range(B), name="host_row")
     x = dut.x

@@ -6,7 +6,7 @@ width of the register that holds it:
 ====================  =================================  ====================================
 site                  terms K                            width
 ====================  =================================  ====================================
-PE partial sum        ``rows`` (one K-slice of a column) ``hw.widths.sum_bits(rows)``
+PE partial sum        ``rows`` (one K-slice of a column) ``hw.lib.widths.sum_bits(rows)``
 gate / up column      ``d_model``                        ``ACC_BITS`` (int32)
 down column (chunk)   ``d_ff / chunks``                  ``ACC_BITS``
 reducer (all chunks)  ``d_ff``                           ``ACC_BITS``
@@ -31,9 +31,9 @@ from dataclasses import dataclass
 from amaranth import *
 from amaranth.hdl import Assert
 
-from hw import widths
 from hw.formal.harness import PropertyWrapper
-from sw import quant
+from hw.lib import widths
+from sw.golden import quant
 
 __all__ = ["Site", "accumulator_budget", "check_accumulators", "PartialSumWidth"]
 
@@ -97,7 +97,7 @@ def check_accumulators(cfg) -> list[Site]:
 
 class PartialSumWidth(PropertyWrapper):
     """The sum of ``rows`` int8 products, computed in ``width`` bits (by default the PE's
-    :func:`hw.widths.sum_bits`), equals the exact sum, for every choice of operands.
+    :func:`hw.lib.widths.sum_bits`), equals the exact sum, for every choice of operands.
 
     Parameters
     ----------

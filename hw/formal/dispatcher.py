@@ -4,14 +4,14 @@ each exactly once, with the row's payload, in DRS, chunk round-robin and static 
 from amaranth import *
 from amaranth.hdl import Assert, Assume
 
-from hw.dispatcher import Dispatcher
+from hw.accel.dispatcher import Dispatcher
 from hw.formal.harness import Internals, PropertyWrapper, in_ports, stream_hold
 
 __all__ = ["DispatcherWork"]
 
 
 class DispatcherWork(PropertyWrapper):
-    """Scoreboard of a :class:`hw.dispatcher.Dispatcher` in one scheduling mode.
+    """Scoreboard of a :class:`hw.accel.dispatcher.Dispatcher` in one scheduling mode.
 
     The wrapper keeps, per holder (the one DRS row, or core ``p``'s row in static mode), a copy of
     the row last accepted, the number of its chunks still owed and the chunk expected next, and

@@ -4,13 +4,13 @@ from amaranth import *
 from amaranth.hdl import Assert
 
 from hw.formal.harness import PropertyWrapper, in_ports, past, stream_hold
-from hw.packet_arbiter import PacketArbiter
+from hw.lib.packet_arbiter import PacketArbiter
 
 __all__ = ["PacketArbiterMerge"]
 
 
 class PacketArbiterMerge(PropertyWrapper):
-    """A :class:`hw.packet_arbiter.PacketArbiter` of ``n`` inputs, with inputs that hold their
+    """A :class:`hw.lib.packet_arbiter.PacketArbiter` of ``n`` inputs, with inputs that hold their
     beats until taken. Checked in every cycle:
 
     - **one beat in, one beat out**: an input beat is taken exactly when the output beat is,

@@ -92,45 +92,45 @@ def _arbiter(cls):
 PROPERTIES = [
     # --- stream handshake (valid held with a stable payload until ready) ----------------------
     Property("handshake_dispatcher", "dispatcher o[0..2]: valid and payload held until ready "
-             "(static and chunk_rr constant, any mode)", "hw/dispatcher.py", "Dispatcher",
+             "(static and chunk_rr constant, any mode)", "hw/accel/dispatcher.py", "Dispatcher",
              lambda cls: StreamHandshake(_dispatcher(cls), inputs=["i"], outputs=["o"],
                                          constants=["static", "chunk_rr"]), "prove", 4),
     Property("handshake_reorder_buffer", "reorder buffer o: valid and payload held until ready",
-             "hw/reorder_buffer.py", "ReorderBuffer",
+             "hw/lib/reorder_buffer.py", "ReorderBuffer",
              lambda cls: StreamHandshake(cls(unsigned(4), 4), inputs=["i"], outputs=["o"]),
              "prove", 4),
     Property("handshake_replay_cache", "replay cache read data o: valid and payload held until ready",
-             "hw/replay_cache.py", "ReplayCache",
+             "hw/accel/replay_cache.py", "ReplayCache",
              lambda cls: StreamHandshake(cls(1, 3, 3, 2), inputs=["i"], outputs=["o"]), "prove", 4),
     Property("handshake_packet_arbiter", "packet arbiter o: valid and payload held until ready",
-             "hw/packet_arbiter.py", "PacketArbiter",
+             "hw/lib/packet_arbiter.py", "PacketArbiter",
              lambda cls: StreamHandshake(_arbiter(cls), inputs=["i"], outputs=["o"]), "prove", 4),
     Property("handshake_accelerator", "accelerator y (tiny config): valid and payload held until "
-             "ready, with the host's group contract", "hw/accelerator.py", "Accelerator",
+             "ready, with the host's group contract", "hw/accel/accelerator.py", "Accelerator",
              lambda cls: StreamHandshake(cls(TINY_ACCEL), inputs=["x"], outputs=["y"],
                                          assume=assume_groups), "bmc", 32, deep=60),
     # --- work conservation, order, memory -----------------------------------------------------
     Property("dispatcher_drs", "DRS: every row's chunks dispatched exactly once, in order, no idling",
-             "hw/dispatcher.py", "Dispatcher",
+             "hw/accel/dispatcher.py", "Dispatcher",
              lambda cls: DispatcherWork(static=False, dut_class=cls), "prove", 8),
     Property("dispatcher_chunk_rr", "chunk round-robin: every row's chunks exactly once, in order, "
-             "chunk j on core j mod cores, no idling", "hw/dispatcher.py", "Dispatcher",
+             "chunk j on core j mod cores, no idling", "hw/accel/dispatcher.py", "Dispatcher",
              lambda cls: DispatcherWork(static=False, chunk_rr=True, dut_class=cls), "prove", 8),
     Property("dispatcher_static", "static: every row's chunks exactly once, on core tag mod cores",
-             "hw/dispatcher.py", "Dispatcher",
+             "hw/accel/dispatcher.py", "Dispatcher",
              lambda cls: DispatcherWork(static=True, dut_class=cls), "prove", 8),
     Property("reorder_buffer_order", "reorder buffer: emits in sequence order, no gaps, no duplicates",
-             "hw/reorder_buffer.py", "ReorderBuffer",
+             "hw/lib/reorder_buffer.py", "ReorderBuffer",
              lambda cls: ReorderBufferOrder(dut_class=cls), "prove", 8),
     Property("replay_cache_memory", "replay cache: addresses in range; each entry reads back its "
-             "last write", "hw/replay_cache.py", "ReplayCache",
+             "last write", "hw/accel/replay_cache.py", "ReplayCache",
              lambda cls: ReplayCacheMemory(dut_class=cls), "bmc", 24),
     Property("packet_arbiter_merge", "packet arbiter: one beat in per beat out, payload unchanged, "
-             "packets not interleaved, valid held", "hw/packet_arbiter.py", "PacketArbiter",
+             "packets not interleaved, valid held", "hw/lib/packet_arbiter.py", "PacketArbiter",
              lambda cls: PacketArbiterMerge(dut_class=cls), "prove", 4),
     # --- widths --------------------------------------------------------------------------------
     Property("partial_sum_width", "PE partial sum of 4 int8 products in sum_bits(4) bits never wraps",
-             "sw/quant.py", "sum_bits",
+             "sw/golden/quant.py", "sum_bits",
              lambda fn: PartialSumWidth(4, fn(4)), "prove", 1),
 ]
 

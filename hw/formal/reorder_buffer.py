@@ -4,14 +4,14 @@ from amaranth import *
 from amaranth.hdl import Assert, Assume
 
 from hw.formal.harness import Internals, PropertyWrapper, in_ports, stream_hold
-from hw.reorder_buffer import ReorderBuffer
-from hw.widths import index_bits
+from hw.lib.reorder_buffer import ReorderBuffer
+from hw.lib.widths import index_bits
 
 __all__ = ["ReorderBufferOrder"]
 
 
 class ReorderBufferOrder(PropertyWrapper):
-    """Scoreboard of a :class:`hw.reorder_buffer.ReorderBuffer` whose results are their own
+    """Scoreboard of a :class:`hw.lib.reorder_buffer.ReorderBuffer` whose results are their own
     sequence numbers (``seq_bits`` wide, wrapping).
 
     The producer follows the buffer's contract: it finishes each sequence number once, in any

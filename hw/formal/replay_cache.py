@@ -3,14 +3,14 @@
 from amaranth import *
 from amaranth.hdl import Assert, Assume
 
+from hw.accel.replay_cache import ReplayCache
 from hw.formal.harness import PropertyWrapper, in_ports, stream_hold
-from hw.replay_cache import ReplayCache
 
 __all__ = ["ReplayCacheMemory"]
 
 
 class ReplayCacheMemory(PropertyWrapper):
-    """A :class:`hw.replay_cache.ReplayCache` on a geometry whose depth is not a power of two,
+    """A :class:`hw.accel.replay_cache.ReplayCache` on a geometry whose depth is not a power of two,
     so an out-of-range address is representable and would not wrap silently.
 
     Requests carry in-range fields (``layer < layers``, ``index < tokens_per_frame``,

@@ -37,12 +37,12 @@ from cocotb.triggers import ClockCycles, Edge, Event, FallingEdge, ReadOnly, Ris
 from cocotb.utils import get_sim_time
 from cocotbext.axi import AxiStreamBus, AxiStreamFrame, AxiStreamMonitor, AxiStreamSink, AxiStreamSource
 
-from hw.host import group_frames, trace_layers
-from sw import quant
+from hw.board.host import group_frames, trace_layers
 from sw.config import AccelConfig
-from sw.corners import REQUANT_CLASSES, group_rules
-from sw.decode_trace import load_decode_trace, select_groups
-from sw.perfmodel import trace_cycles
+from sw.golden import quant
+from sw.perf.cycles import trace_cycles
+from sw.trace.corners import REQUANT_CLASSES, group_rules
+from sw.trace.decode import load_decode_trace, select_groups
 from tb.cache import cached_array, cached_config_words
 from tb.runner import design_key
 from tb.stalls import random_pauses
@@ -261,7 +261,7 @@ async def run_mode(dut, tr, cfg, groups, mode, seed, stall, log, *, reset=True, 
                           dtype=np.int8).reshape(B, y_bytes)[:, :d]
         user = np.array([beat_user(frame, b) for b in range(B)])
         if (user >> 1 != rows).any() or (user & 1 != want_r[g]).any() or (y != want_y[g]).any():
-            # A corner trace names the rules the group exercises (sw/corners.py).
+            # A corner trace names the rules the group exercises (sw/trace/corners.py).
             rules = group_rules(tr.manifest, g)
             decision = [r for r in rules if not r.startswith(REQUANT_CLASSES)]
             requant = [r for r in rules if r.startswith(REQUANT_CLASSES)]

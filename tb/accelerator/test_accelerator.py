@@ -17,15 +17,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hw.axis_adapter import AxisAdapter
-from hw.top import make_accelerator
+from hw.accel.top import make_accelerator
+from hw.lib.axis_adapter import AxisAdapter
 from sw.config import DEFAULT_ACCEL, AccelConfig
-from sw.decode_trace import load_decode_trace
-from sw.perfmodel import trace_cycles
+from sw.perf.cycles import trace_cycles
+from sw.trace.decode import load_decode_trace
 from tb.golden_mutants import MUTATIONS, write_mutated_corners
 from tb.runner import BUILD, CocotbFailure, available_simulators, run_cocotb
 
-#: The directed corner-case trace (sw/corners.py).
+#: The directed corner-case trace (sw/trace/corners.py).
 CORNERS = Path(__file__).resolve().parents[2] / "golden" / "corners"
 
 #: In the whole test suite (``--dist loadgroup``) these tests run on one worker: the first builds the
@@ -104,7 +104,7 @@ def test_reset_mid_frame(trace_dir, request):
 
 
 def check_cycle_model(cfg: AccelConfig, trace_dir, rep: dict, mode: str, tolerance: float = 0.02) -> str:
-    """The cycle model (sw/perfmodel.py, docs/architecture.md) against the RTL, group by group;
+    """The cycle model (sw/perf/cycles.py, docs/architecture.md) against the RTL, group by group;
     AssertionError naming the worst group when it is off by more than ``tolerance``."""
     tr = load_decode_trace(trace_dir)
     m, groups = rep["modes"][mode], rep["groups"]

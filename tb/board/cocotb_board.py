@@ -1,6 +1,6 @@
 """cocotb tests of the board core (UART receiver, command bridge, transmitter and accelerator) through
 its two UART pins, with cocotbext-uart bus models. The host side is the real host code
-(``sw.board``): it runs in a bridge thread and talks to the simulated board through
+(``hw.board.run``): it runs in a bridge thread and talks to the simulated board through
 :class:`SimSerial`, a pyserial-like port on the UART models. Driven by ``test_board.py``;
 configuration in the environment:
 
@@ -23,12 +23,12 @@ from cocotb.task import bridge, resume
 from cocotb.triggers import ClockCycles, First, ReadOnly, RisingEdge, Timer
 from cocotbext.uart import UartSink, UartSource
 
-from hw.board_core import LED_NAMES
-from hw.host import config_words, trace_layers
-from hw.uart_bridge import RESPONSE, Status
-from sw.board import BoardLink, run_trace, select_groups
+from hw.board.core import LED_NAMES
+from hw.board.host import config_words, trace_layers
+from hw.board.run import BoardLink, run_trace, select_groups
+from hw.board.uart_bridge import RESPONSE, Status
 from sw.config import AccelConfig
-from sw.decode_trace import load_decode_trace
+from sw.trace.decode import load_decode_trace
 from tb.stalls import random_pauses
 
 CLOCK_NS = 10
@@ -140,7 +140,7 @@ def settings():
 @cocotb.test()
 @cocotb.parametrize(stall=[0.0, 0.3])
 async def trace_over_uart(dut, stall):
-    """The trace's groups through the UART, checked bit for bit by ``sw.board.run_trace``, with a
+    """The trace's groups through the UART, checked bit for bit by ``hw.board.run.run_trace``, with a
     scoreboard: rows in (host and design) against rows out, and against the RTL's counters."""
     cfg, cpb, timeout = settings()
     tr = load_decode_trace(os.environ["FASTCAR_TRACE"])

@@ -1,5 +1,5 @@
 """pytest driver: the board core (UART bridge around a small accelerator) on Verilator, driven through
-its UART pins by the host code of ``sw.board`` on a small trace; protocol errors; and a planted
+its UART pins by the host code of ``hw.board.run`` on a small trace; protocol errors; and a planted
 mismatch in the trace that must be caught and located."""
 
 import hashlib
@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hw.board_core import BoardCore
+from hw.board.core import BoardCore
 from tb.board.small_trace import SMALL_ACCEL, write_small_trace
 from tb.runner import BUILD, CocotbFailure, run_cocotb
 

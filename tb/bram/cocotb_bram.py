@@ -12,7 +12,7 @@ import cocotb
 from cocotb.clock import Clock
 from cocotb.triggers import FallingEdge
 
-from hw.bram import BramReference
+from hw.lib.bram import BramReference
 
 
 def init_words(width: int, depth: int) -> list[int]:

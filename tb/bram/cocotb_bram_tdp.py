@@ -1,5 +1,5 @@
 """cocotb: BramTdp's DP16KD instance in true dual-port mode (port A reads or writes, port B reads,
-OUTREG on both) against its model, cycle by cycle, and both against :class:`hw.bram.BramTdpReference`.
+OUTREG on both) against its model, cycle by cycle, and both against :class:`hw.lib.bram.BramTdpReference`.
 The DP16KD simulation model is ``DP16KD.v`` here."""
 
 import os
@@ -9,7 +9,7 @@ import cocotb
 from cocotb.clock import Clock
 from cocotb.triggers import FallingEdge
 
-from hw.bram import BramTdpReference
+from hw.lib.bram import BramTdpReference
 from tb.bram.cocotb_bram import init_words
 
 PORTS = ("a_we", "a_addr", "a_wdata", "b_addr")

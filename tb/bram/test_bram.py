@@ -8,7 +8,7 @@ from amaranth import Module
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In
 
-from hw.bram import BramPair, BramTdpPair
+from hw.lib.bram import BramPair, BramTdpPair
 from tb.bram.cocotb_bram import init_words
 from tb.runner import BUILD, available_simulators, run_cocotb
 

@@ -17,12 +17,12 @@ from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles, RisingEdge, with_timeout
 from cocotbext.axi import AxiStreamBus, AxiStreamFrame, AxiStreamMonitor, AxiStreamSink, AxiStreamSource
 
-from hw.axis_adapter import axis_width
-from hw.payload import pack_int8, rq_words, weight_words
-from sw import quant
+from hw.accel.payload import pack_int8, rq_words, weight_words
+from hw.lib.axis_adapter import axis_width
 from sw.config import TileConfig
-from sw.decode_trace import gemm_case, load_decode_trace
-from sw.trace import first_mismatch, load_trace, trace_kind
+from sw.golden import quant
+from sw.trace.decode import gemm_case, load_decode_trace
+from sw.trace.store import first_mismatch, load_trace, trace_kind
 from tb.stalls import random_pauses
 
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hw.axis_adapter import AxisAdapter
-from hw.gemm_tile import GemmTile
+from hw.accel.gemm_tile import GemmTile
+from hw.lib.axis_adapter import AxisAdapter
 from sw.config import DEFAULT_TILE, TileConfig
 from tb.runner import BUILD, CocotbFailure, available_simulators, run_cocotb
 

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from hw.mult18 import Mult18Pair
+from hw.lib.mult18 import Mult18Pair
 from tb.runner import BUILD, available_simulators, run_cocotb
 
 HERE = Path(__file__).resolve().parent

@@ -5,10 +5,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from hw import widths
 from hw.formal.accumulators import Site, accumulator_budget, check_accumulators
-from sw import quant
+from hw.lib import widths
 from sw.config import DEFAULT_ACCEL, TileConfig
+from sw.golden import quant
 
 
 def test_shipped_configuration_cannot_overflow():
@@ -35,7 +35,7 @@ def test_sum_bits_is_the_least_width_that_fits(rows):
 
 
 def test_limit_agrees_with_the_quantisation_spec():
-    limit = ((1 << 31) - 1) // (128 * 128)          # 131071, as sw.quant.check_accumulator
+    limit = ((1 << 31) - 1) // (128 * 128)          # 131071, as sw.golden.quant.check_accumulator
     assert Site("k", limit, quant.ACC_BITS).fits
     assert not Site("k", limit + 1, quant.ACC_BITS).fits
     quant.check_accumulator(limit)
@@ -58,8 +58,8 @@ def test_rtl_partial_sums_use_sum_bits():
     """The systolic array builds its PEs with the width the budget assumes."""
     from amaranth.hdl import Fragment
 
-    from hw.pe import ProcessingElement
-    from hw.systolic_array import SystolicArray
+    from hw.accel.pe import ProcessingElement
+    from hw.accel.systolic_array import SystolicArray
 
     cfg = TileConfig(rows=4, cols=2, k_dim=8, n_dim=2)
     fragment = Fragment.get(SystolicArray(cfg), None)

@@ -1,4 +1,4 @@
-"""The register slice (hw/skid.py) loses, duplicates and reorders no beat, in every mode: proven
+"""The register slice (hw/lib/skid.py) loses, duplicates and reorders no beat, in every mode: proven
 by k-induction through SymbiYosys, with a failing twin (a planted bug that must be found)."""
 
 import pytest
@@ -6,7 +6,7 @@ from amaranth import *
 from amaranth.hdl import Assert, Assume
 
 from hw.formal.harness import Internals, PropertyWrapper, in_ports, stream_hold
-from hw.skid import SkidBuffer
+from hw.lib.skid import SkidBuffer
 from tb.formal import check
 from tb.mutation import Mutation
 
@@ -14,7 +14,7 @@ pytestmark = pytest.mark.usefixtures("formal_tools")
 
 
 class SkidOrder(PropertyWrapper):
-    """Scoreboard of a :class:`hw.skid.SkidBuffer` whose beats carry their own sequence number.
+    """Scoreboard of a :class:`hw.lib.skid.SkidBuffer` whose beats carry their own sequence number.
 
     The producer holds each beat until it is taken, and beat ``n`` carries ``n ^ key`` (``key`` a
     free constant, so every payload bit takes both values). The wrapper counts beats taken
@@ -137,7 +137,7 @@ def test_order_cover(mode):
 
 def test_order_twin_fails():
     """The skid register never fills: the beat that arrives as ``o.ready`` falls is lost."""
-    bug = Mutation("hw/skid.py", "        with m.Elif(empty & i.valid):\n"
+    bug = Mutation("hw/lib/skid.py", "        with m.Elif(empty & i.valid):\n"
                                  "            m.d.sync += empty.eq(0)\n", "")
     planted = bug.load().SkidBuffer
     # Which scoreboard assertion fails first is the solver's choice; either means a beat was lost.

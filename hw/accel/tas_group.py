@@ -1,0 +1,467 @@
+"""TAS of all rows of a group in parallel: one fabric dot-product engine per row, no DSP."""
+
+from amaranth import *
+from amaranth.lib import data, fifo, memory, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from hw.accel.tas_unit import row_layout
+from hw.lib.mult18 import is_ecp5
+from hw.lib.widths import index_bits, mul_const
+from sw.golden import quant
+
+__all__ = ["TasGroup", "group_decision_layout", "and_pair_init"]
+
+
+def group_decision_layout(batch):
+    """One decision of :class:`TasGroup`: the row it belongs to, its TAS and the replay bit."""
+    return data.StructLayout({"row": index_bits(batch), "tas": signed(quant.ACC_BITS), "replay": 1})
+
+
+def and_pair_init():
+    """``INIT`` of one CCU2C half that adds ``(A & B) + (C & D) + carry``.
+
+    The LUT4 gives the propagate ``(A & B) ^ (C & D)``; with ``INJECT1 = "NO"`` the generate is
+    the LUT2 on ``A, B`` (the LUT4's ``INIT[3:0]``, that is with ``C = D = 0``): ``A & B``, which is
+    the carry out whenever the propagate is 0. So the two AND gates of a partial-product pair cost
+    nothing beyond the adder.
+    """
+    init = 0
+    for idx in range(16):
+        a, b, c, d = (idx >> 0) & 1, (idx >> 1) & 1, (idx >> 2) & 1, (idx >> 3) & 1
+        init |= ((a & b) ^ (c & d)) << idx
+    return init
+
+
+def _and_pair_ccu2c(m, name, x, bx, y, by):
+    """``(bx ? x : 0) + (by ? y : 0)`` for signed 8-bit ``x``, ``y`` as a chain of hand-placed
+    CCU2C (9 result bits: the sign extension is one more slice of the same form)."""
+    n = len(x) + 1
+    xs, ys = Cat(x, x[-1]), Cat(y, y[-1])
+    out = Signal(signed(n), name=f"{name}_s")
+    carry = Const(0)
+    init = and_pair_init()
+    for k in range(0, n, 2):
+        s0, s1 = Signal(name=f"{name}_s{k}"), Signal(name=f"{name}_s{k + 1}")
+        cout = Signal(name=f"{name}_c{k}")
+        second = k + 1 < n
+        m.submodules[f"{name}_{k // 2}"] = Instance(
+            "CCU2C",
+            p_INIT0=Const(init, 16), p_INIT1=Const(init if second else 0, 16),
+            p_INJECT1_0="NO", p_INJECT1_1="NO",
+            i_CIN=carry,
+            i_A0=xs[k], i_B0=bx, i_C0=ys[k], i_D0=by,
+            i_A1=xs[k + 1] if second else Const(0), i_B1=bx if second else Const(0),
+            i_C1=ys[k + 1] if second else Const(0), i_D1=by if second else Const(0),
+            o_S0=s0, o_S1=s1, o_COUT=cout,
+        )
+        m.d.comb += out[k].eq(s0)
+        if second:
+            m.d.comb += out[k + 1].eq(s1)
+        carry = cout
+    return out
+
+
+class TasGroup(wiring.Component):
+    """Integer TAS and replay decision of the ``batch`` rows of a group, in parallel, without DSPs.
+
+    Row ``b`` of a group always runs on engine ``b``. Each engine computes
+    ``tas = sum_e q[e] * k[e]`` (:func:`sw.golden.quant.tas_int`), ``lanes`` products per cycle for
+    ``dim / lanes`` steps, then the decision is taken exactly as :class:`hw.accel.tas_unit.TasUnit` takes
+    it (same drift guard, bit for bit)::
+
+        want    = frame != 0 and tas >= threshold          (sw.golden.quant.replay_decision)
+        force   = refresh (frame % refresh_every == 0, when enabled)
+                  or chain[layer, index, row] >= max_chain (when enabled)
+        replay  = want and not force
+        chain   = replay ? chain + 1 : 0                  (when max_chain is enabled; frame 0 writes 0)
+
+    The refresh phase advances when the frame number changes (one phase for all engines), so rows
+    arrive in decode order.
+
+    **Datapath.** A row's beat is registered whole (no enable). Chunk ``s`` (``lanes`` pairs) then
+    runs down a delay line of ``s`` registers shared by all engines, so chunk ``s`` of every row is
+    at tap ``s`` exactly ``s`` cycles after the row; an engine picks, at its step ``s``, tap ``s``
+    into its operand register. Nothing holds a whole row under an enable. The products are built
+    in the fabric as signed partial-product rows ``(k[e] bit j) ? q[e] : 0`` (weight ``2**j``,
+    ``-2**7`` for the sign bit), and the rows of the same bit ``j`` of two lanes are added in one
+    carry chain whose LUTs also form the AND gates (:func:`and_pair_init`; on the ECP5 these are
+    hand-placed ``CCU2C``, elsewhere ``+``). The adder tree then sums all ``8 * lanes`` rows with a
+    register after every ``adds_per_stage`` adder levels; the last stage is the accumulator. Beside
+    the TAS accumulator each engine keeps ``tas - threshold`` (threshold clamped to the TAS range,
+    which changes no comparison), so the compare is its sign bit and costs no cycle.
+
+    **Chain counters.** Engine ``b`` owns the counters of row ``b``: a memory of
+    ``layers * tokens_per_frame`` words (distributed RAM, read into a register), read two cycles
+    before the decision and written in the decision cycle. An engine takes a new row
+    ``max(dim / lanes, 3)`` cycles after the previous one, so a read never misses the previous
+    write of its own row.
+
+    **Output.** Decisions leave in the order the rows arrived (all engines have the same latency)
+    through an output register and a queue. The input takes a row only while the queue has room for
+    every row in flight (a credit count), so the pipeline never stalls and ``o.ready`` drives only
+    the output register, the queue and the count.
+
+    Parameters
+    ----------
+    dim : int
+        ``heads * head_dim``; a multiple of ``lanes``.
+    layers, tokens_per_frame, batch : int
+        Group geometry: ``batch`` engines, each with ``layers * tokens_per_frame`` chain counters.
+    lanes : int
+        Products per cycle per engine (``sw.config.AccelConfig.tas_lanes``).
+    frame_bits, chain_bits : int
+        Widths of the frame number and of a chain counter (as :class:`hw.accel.tas_unit.TasUnit`).
+    adds_per_stage : int
+        Adder levels between two pipeline registers: 1 (default; two levels per cycle reach only
+        119 MHz in ``python -m hw.flow.timing tas_group``, their routing dominates) or 2 (latency 4
+        cycles shorter by default).
+    primitive : bool or None
+        ``True`` forces the ``CCU2C`` instances, ``False`` the ``+`` model; ``None`` (default) picks
+        the instances exactly when the platform is an ECP5.
+
+    Members
+    -------
+    i : In(stream.Signature(hw.accel.tas_unit.row_layout(...)))
+        One row per beat. ``i.ready`` is high while the engine of ``i.payload.row`` is free and the
+        output has room (it depends on ``i.payload.row``).
+    o : Out(stream.Signature(group_decision_layout(batch)))
+        The decisions in arrival order; ``o.valid`` and ``o.payload`` come from registers.
+    refresh_en, refresh_every, max_chain_en, max_chain : In
+        Drift-guard configuration (static while rows flow).
+
+    Attributes
+    ----------
+    latency : int
+        Cycles from a row's beat on ``i`` (the cycle with ``valid`` and ``ready`` high) to the
+        cycle its decision is on ``o`` (with ``o.ready`` high and nothing queued):
+        ``steps + tree_stages + 3``.
+    steps : int
+        ``dim // lanes``.
+    occupancy : int
+        Cycles between two rows taken by the same engine.
+    """
+
+    def __init__(self, dim, layers, tokens_per_frame, batch, *, lanes=16, frame_bits=8, chain_bits=8,
+                 adds_per_stage=1, primitive=None):
+        for name, v in (("dim", dim), ("layers", layers), ("tokens_per_frame", tokens_per_frame),
+                        ("batch", batch), ("lanes", lanes), ("frame_bits", frame_bits),
+                        ("chain_bits", chain_bits)):
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise ValueError(f"TasGroup {name} must be a positive integer, not {v!r}")
+        if dim % lanes:
+            raise ValueError(f"TasGroup dim={dim} is not a multiple of lanes={lanes}")
+        if layers * tokens_per_frame < 2:
+            raise ValueError(f"TasGroup needs layers * tokens_per_frame >= 2 chain counters, not "
+                             f"{layers * tokens_per_frame!r}")
+        if adds_per_stage not in (1, 2):
+            raise ValueError(f"TasGroup adds_per_stage must be 1 or 2, not {adds_per_stage!r}")
+        if primitive not in (None, True, False):
+            raise TypeError(f"TasGroup primitive must be None, True or False, not {primitive!r}")
+        quant.check_accumulator(dim, what="TAS dim")
+        self._dim, self._lanes, self._batch = dim, lanes, batch
+        self._layers, self._n = layers, tokens_per_frame
+        self._chain_bits, self._adds = chain_bits, adds_per_stage
+        self._primitive_choice = primitive
+        self._layout = row_layout(dim, layers, tokens_per_frame, batch, frame_bits)
+        # Adder levels: the paired partial-product rows, the tree over the 8 * lanes / 2 pair sums
+        # (or 8 * lanes rows for one lane), then the accumulator.
+        items = 8 * ((lanes + 1) // 2)
+        total = 1 + max(0, (items - 1).bit_length()) + 1
+        self._levels = total
+        self._tree_stages = -(-total // adds_per_stage) - 1
+        super().__init__({
+            "i": In(stream.Signature(self._layout)),
+            "o": Out(stream.Signature(group_decision_layout(batch))),
+            "refresh_en": In(1), "refresh_every": In(frame_bits),
+            "max_chain_en": In(1), "max_chain": In(chain_bits),
+        })
+
+    @property
+    def steps(self) -> int:
+        return self._dim // self._lanes
+
+    @property
+    def occupancy(self) -> int:
+        return max(self.steps, 3)
+
+    @property
+    def tree_stages(self) -> int:
+        """Registered adder stages between an engine's operand register and its accumulator."""
+        return self._tree_stages
+
+    @property
+    def latency(self) -> int:
+        return self._decide + 1
+
+    @property
+    def _decide(self):
+        # Cycle (after the beat) in which the accumulators hold a row's TAS: the beat's register
+        # (1), the operand register (2), the tree stages, then the accumulator adds of the steps.
+        return self.steps + self._tree_stages + 2
+
+    # ------------------------------------------------------------------------------------------
+    def elaborate(self, platform):
+        m = Module()
+        use_prim = is_ecp5(platform) if self._primitive_choice is None else self._primitive_choice
+        B, P, S = self._batch, self._lanes, self.steps
+        D = self._decide
+        sb = quant.sum_bits(self._dim)
+        depth = self._layers * self._n
+        queue_depth = self.latency
+
+        # ---- input: credits and engine occupancy ------------------------------------------------
+        room = Signal(init=1)
+        free = Signal(B, init=(1 << B) - 1)
+        busy = [Signal(range(self.occupancy), name=f"busy_{b}") for b in range(B)]
+        m.d.comb += self.i.ready.eq(room & free.bit_select(self.i.p.row, 1))
+        take = Signal()
+        m.d.comb += take.eq(self.i.valid & self.i.ready)
+        take_b = [Signal(name=f"take_{b}") for b in range(B)]
+        for b in range(B):
+            m.d.comb += take_b[b].eq(take & (self.i.p.row == b))
+            nxt = Signal.like(busy[b], name=f"busy_next_{b}")
+            with m.If(take_b[b]):
+                m.d.comb += nxt.eq(self.occupancy - 1)
+            with m.Elif(busy[b] != 0):
+                m.d.comb += nxt.eq(busy[b] - 1)
+            with m.Else():
+                m.d.comb += nxt.eq(0)
+            m.d.sync += [busy[b].eq(nxt), free[b].eq(nxt == 0)]
+
+        # ---- stage 1: the beat, registered whole, no enable ------------------------------------
+        row_in = Signal(self._layout, name="row_in")
+        valid_in = Signal()
+        m.d.sync += [row_in.eq(self.i.p), valid_in.eq(take)]
+        in_take = [Signal(name=f"in_take_{b}") for b in range(B)]
+        for b in range(B):
+            m.d.sync += in_take[b].eq(take_b[b])
+
+        # Chunk s of the row at tap s, s cycles after stage 1.
+        taps = []
+        for s in range(S):
+            q = Cat(*[row_in.q[s * P + j] for j in range(P)])
+            k = Cat(*[row_in.k[s * P + j] for j in range(P)])
+            cur = Cat(q, k)
+            for d in range(s):
+                nxt = Signal(len(cur), name=f"tap_{s}_{d}", reset_less=True)
+                m.d.sync += nxt.eq(cur)
+                cur = nxt
+            taps.append(cur)
+
+        # ---- the shared metadata pipeline (one row per cycle at most, all the same latency) ----
+        # pipe[c] holds the fields of the row taken c cycles before (stage 1 is row_in).
+        def delay(sig, frm, to, name):
+            """``sig`` (valid in stage ``frm``) as seen in stage ``to``."""
+            cur = sig
+            for c in range(frm + 1, to + 1):
+                r = Signal.like(sig, name=f"{name}_{c}", reset_less=True)
+                m.d.sync += r.eq(cur)
+                cur = r
+            return cur
+
+        # Frame bookkeeping (stage 1 -> 2) and the refresh phase (stage 2 -> 3 -> 4).
+        last_frame = Signal.like(row_in.frame)
+        seen = Signal()
+        fz2, chg2, v2 = Signal(), Signal(), Signal()
+        m.d.sync += [fz2.eq(row_in.frame == 0), chg2.eq(~seen | (row_in.frame != last_frame)),
+                     v2.eq(valid_in)]
+        with m.If(valid_in):
+            m.d.sync += [last_frame.eq(row_in.frame), seen.eq(1)]
+        phase = Signal.like(self.refresh_every)
+        every_m1 = Signal(signed(len(self.refresh_every) + 1))
+        m.d.sync += every_m1.eq(self.refresh_every - 1)
+        with m.If(v2):
+            with m.If(fz2):
+                m.d.sync += phase.eq(0)
+            with m.Elif(chg2):
+                m.d.sync += phase.eq(Mux(phase >= every_m1, 0, phase + 1))
+        ph0_4 = Signal()
+        m.d.sync += ph0_4.eq(phase == 0)
+
+        # Threshold clamped to the TAS range (no comparison changes), negated: the comparisons
+        # with the bounds (stage 2), the negation (3), the clamp (4).
+        lo, hi = -(1 << (sb - 1)), 1 << (sb - 1)
+        thr = row_in.threshold
+        below, above = Signal(reset_less=True), Signal(reset_less=True)
+        thr_t = Signal(signed(sb + 1), reset_less=True)
+        m.d.sync += [below.eq(thr < lo), above.eq(thr > hi), thr_t.eq(thr)]
+        neg_t = Signal(signed(sb + 2), reset_less=True)
+        below3, above3 = Signal(reset_less=True), Signal(reset_less=True)
+        m.d.sync += [neg_t.eq(-thr_t), below3.eq(below), above3.eq(above)]
+        neg_thr = Signal(signed(sb + 2), reset_less=True)
+        m.d.sync += neg_thr.eq(Mux(below3, -lo, Mux(above3, -hi, neg_t)))        # stage 4
+        acc_stage = 2 + self._tree_stages
+        assert acc_stage >= 4
+        neg_thr_acc = delay(neg_thr, 4, acc_stage, "neg_thr")
+
+        addr2 = Signal(range(depth), reset_less=True)
+        m.d.sync += addr2.eq(mul_const(row_in.layer, self._n) + row_in.index)
+
+        valid_d = delay(valid_in, 1, D, "valid")
+        row_d = delay(row_in.row, 1, D, "row")
+        fnz_d = delay(~fz2, 2, D, "fnz")
+        ph0_d = delay(ph0_4, 4, D, "ph0")
+        addr_rd = delay(addr2, 2, D - 2, "addr")
+        row_rd = delay(row_in.row, 1, D - 1, "row_rd")
+        addr_wr = delay(addr_rd, D - 2, D, "addr_wr")
+
+        # ---- engines ------------------------------------------------------------------------
+        accs, diffs = [], []
+        for b in range(B):
+            acc, diff = self._engine(m, b, taps, take_b[b], in_take[b], neg_thr_acc, use_prim, sb)
+            accs.append(acc)
+            diffs.append(diff)
+
+        # ---- chain counters: one memory per engine, read registered ---------------------------
+        cnt_bank = []
+        write_ports = []
+        for b in range(B):
+            # Distributed RAM: Yosys would otherwise fold the read register into a DP16KD
+            # without its output register (and the block RAMs are all taken in v2).
+            mem = memory.Memory(shape=unsigned(self._chain_bits), depth=depth, init=[],
+                                attrs={"ram_style": "distributed"})
+            m.submodules[f"chain_{b}"] = mem
+            rd = mem.read_port(domain="comb")
+            wr = mem.write_port()
+            data_r = Signal(self._chain_bits, name=f"chain_rd_{b}", reset_less=True)
+            m.d.comb += rd.addr.eq(addr_rd)
+            m.d.sync += data_r.eq(rd.data)                                        # stage D - 1
+            cnt_bank.append(data_r)
+            write_ports.append(wr)
+        cnt_sel = Array(cnt_bank)[row_rd]
+        cnt_inc = Signal(self._chain_bits, reset_less=True)
+        chain_ge = Signal(reset_less=True)
+        m.d.sync += [cnt_inc.eq(cnt_sel + 1), chain_ge.eq(cnt_sel >= self.max_chain)]   # stage D
+
+        # ---- decision (stage D) -------------------------------------------------------------
+        tas = Signal(signed(sb))
+        ge = Signal()
+        m.d.comb += [tas.eq(Array(accs)[row_d]), ge.eq(~Array(diffs)[row_d][-1])]
+        want = fnz_d & ge
+        force = (self.refresh_en & ph0_d) | (self.max_chain_en & chain_ge)
+        replay = Signal()
+        m.d.comb += replay.eq(want & ~force)
+        for b in range(B):
+            wr = write_ports[b]
+            m.d.comb += [wr.addr.eq(addr_wr), wr.data.eq(Mux(replay, cnt_inc, 0)),
+                         wr.en.eq(self.max_chain_en & valid_d & (row_d == b))]
+
+        dec = Signal(data.StructLayout({"row": len(row_d), "tas": signed(sb), "replay": 1}))
+        m.d.comb += [dec.row.eq(row_d), dec.tas.eq(tas), dec.replay.eq(replay)]
+
+        # ---- output register + queue, credits -------------------------------------------------
+        m.submodules.queue = queue = fifo.SyncFIFO(width=len(dec.as_value()), depth=queue_depth)
+        out = Signal.like(dec, reset_less=True)
+        out_valid = Signal()
+        out_free = ~out_valid | self.o.ready
+        with m.If(out_free):
+            with m.If(queue.r_rdy):
+                m.d.comb += queue.r_en.eq(1)
+                m.d.sync += [out.eq(queue.r_data), out_valid.eq(1)]
+            with m.Elif(valid_d):
+                m.d.sync += [out.eq(dec), out_valid.eq(1)]
+            with m.Else():
+                m.d.sync += out_valid.eq(0)
+        m.d.comb += [queue.w_data.eq(dec), queue.w_en.eq(valid_d & ~(out_free & ~queue.r_rdy))]
+        m.d.comb += [self.o.valid.eq(out_valid), self.o.p.row.eq(out.row), self.o.p.tas.eq(out.tas),
+                     self.o.p.replay.eq(out.replay)]
+
+        cap = queue_depth + 1
+        count = Signal(range(cap + 1))
+        count_next = Signal.like(count)
+        m.d.comb += count_next.eq(count + take - (out_valid & self.o.ready))
+        m.d.sync += [count.eq(count_next), room.eq(count_next < cap)]
+        return m
+
+    # ------------------------------------------------------------------------------------------
+    def _engine(self, m, b, taps, take, in_take, neg_thr_acc, use_prim, sb):
+        """Engine ``b``: operand select, partial products, adder tree, accumulators."""
+        P, S = self._lanes, self.steps
+        # Step counter: s in the cycle tap s holds this engine's chunk s (0 from the beat on, so
+        # that the operand select is the counter alone).
+        step = Signal(range(max(S, 2)), name=f"e{b}_step")
+        with m.If(take):
+            m.d.sync += step.eq(0)
+        with m.Elif(step != S - 1):
+            m.d.sync += step.eq(step + 1)
+        # The select fans out to every operand bit: copies of the counter, each driving a few
+        # lanes. Copy g holds ``step ^ g`` so that Yosys cannot merge the copies back into one.
+        w = len(step)
+        copies = min(P, 1 << w)
+        sels = []
+        for g in range(copies):
+            c = Signal(w, name=f"e{b}_step_{g}", init=g)
+            with m.If(take):
+                m.d.sync += c.eq(g)
+            with m.Elif(step != S - 1):
+                m.d.sync += c.eq((step + 1)[:w] ^ g)
+            sels.append(c ^ g)
+        op = Signal(2 * 8 * P, name=f"e{b}_op", reset_less=True)
+        for ln in range(P):
+            sel = sels[ln * copies // P]
+            for base in (8 * ln, 8 * P + 8 * ln):
+                level = [t[base:base + 8] for t in taps]
+                level += [level[-1]] * ((1 << w) - len(level))
+                for bit in range(w):
+                    level = [Mux(sel[bit], level[2 * i + 1], level[2 * i]) for i in range(len(level) // 2)]
+                m.d.sync += op[base:base + 8].eq(level[0])
+        qs = [op[8 * j:8 * j + 8].as_signed() for j in range(P)]
+        ks = [op[8 * P + 8 * j:8 * P + 8 * j + 8] for j in range(P)]
+
+        # Level 1: partial-product rows (k bit j) ? q : 0 of two lanes added (CCU2C with the ANDs).
+        items = []                      # (value, shift, negative)
+        for j in range(8):
+            for ln in range(0, P, 2):
+                if ln + 1 < P:
+                    name = f"e{b}_pp{j}_{ln}"
+                    if use_prim:
+                        v = _and_pair_ccu2c(m, name, qs[ln], ks[ln][j], qs[ln + 1], ks[ln + 1][j])
+                    else:
+                        v = Mux(ks[ln][j], qs[ln], 0) + Mux(ks[ln + 1][j], qs[ln + 1], 0)
+                else:
+                    v = Mux(ks[ln][j], qs[ln], 0)
+                items.append((v, j, j == 7))
+
+        level = 1
+        stage_after = {k for k in range(1, self._levels) if (self._levels - k) % self._adds == 0}
+
+        def stage(items, level):
+            if level not in stage_after:
+                return items
+            out = []
+            for n, (v, s, neg) in enumerate(items):
+                r = Signal(signed(len(v)), name=f"e{b}_l{level}_{n}", reset_less=True)
+                m.d.sync += r.eq(v)
+                out.append((r, s, neg))
+            return out
+
+        items = stage(items, level)
+        while len(items) > 1:
+            nxt = []
+            for n in range(0, len(items), 2):
+                if n + 1 == len(items):
+                    nxt.append(items[n])
+                    continue
+                (x, sx, nx), (y, sy, ny) = items[n], items[n + 1]
+                if sy < sx:
+                    (x, sx, nx), (y, sy, ny) = (y, sy, ny), (x, sx, nx)
+                yy = y.as_signed() << (sy - sx)
+                nxt.append((x + yy if nx == ny else x - yy, sx, nx))
+            items = nxt
+            level += 1
+            items = stage(items, level)
+        v, s, neg = items[0]
+        assert s == 0 and not neg
+        partial = v
+
+        # Accumulators: the TAS, and TAS - threshold (its sign is the comparison).
+        first = in_take
+        for n in range(1 + self._tree_stages):
+            r = Signal(name=f"e{b}_first_{n}")
+            m.d.sync += r.eq(first)
+            first = r
+        acc = Signal(signed(sb), name=f"e{b}_acc", reset_less=True)
+        diff = Signal(signed(sb + 2), name=f"e{b}_diff", reset_less=True)
+        m.d.sync += [acc.eq(Mux(first, 0, acc) + partial),
+                     diff.eq(Mux(first, neg_thr_acc, diff) + partial)]
+        return acc, diff

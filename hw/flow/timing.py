@@ -1,0 +1,460 @@
+"""Fmax of each block of the accelerator, placed and routed alone on the ECP5-85F: a timing loop of minutes.
+
+Usage::
+
+    python -m hw.flow.timing [BLOCK ...] [--mhz 180] [--jobs N] [--accel CFG.json] [--list]
+    python -m hw.flow.timing --check BLOCK ...        # fail if a block's Fmax fell > 5 % below the record
+    python -m hw.flow.timing --record BLOCK ...       # write the measured figures into the record
+    python -m hw.flow.timing --from-report build/timing/report.json [--markdown] [--record]
+
+Each block is built by the board flow (:mod:`hw.flow.synth`: yosys ``synth_ecp5``, nextpnr-ecp5, the
+same options as the whole chip) inside :class:`hw.flow.synth_harness.SynthHarness` with
+``register_outputs``: every input comes from a flop of the harness's stimulus chain and every output
+goes into a flop of its own, so each path nextpnr reports starts and ends at a register and the
+harness is never the limit. The PLL is set to ``--mhz`` (default :data:`TARGET_MHZ`, the figure each
+block must reach so that the whole chip still closes after congestion).
+
+It prints, per block, Fmax, the critical path (from which signal to which, logic and routing
+nanoseconds) and the hard blocks and fabric it uses, and writes ``build/timing/report.json``.
+``docs/timing.md`` carries the table. :data:`RECORD` holds the last recorded Fmax of every block;
+``--check`` (which ``tests/test_timing.py`` runs in CI on the cheapest blocks) fails when a block
+falls more than :data:`TOLERANCE` below it. nextpnr is deterministic for one netlist and seed, so
+a change in the figure means a change in the design or the tools.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+from amaranth.lib import data, wiring
+
+from hw.flow.synth import (
+    DEFAULT_BOARD_FILE,
+    REPO_ROOT,
+    HarnessTop,
+    SynthError,
+    build_and_parse,
+    compute_pll,
+    load_board,
+    make_platform,
+    setup_tool_env,
+    write_report,
+)
+
+__all__ = ["BLOCKS", "TARGET_MHZ", "TOLERANCE", "RECORD", "make_block", "run_block", "run_blocks",
+           "check_against_record", "main"]
+
+#: The Fmax every block must reach alone (the whole chip loses 20-30 % to congestion).
+TARGET_MHZ = 180.0
+#: How far below its recorded Fmax a block may fall before ``--check`` fails.
+TOLERANCE = 0.05
+#: The recorded Fmax of each block (``python -m hw.flow.timing --record ...`` writes it).
+RECORD = REPO_ROOT / "constraints" / "timing_record.json"
+DEFAULT_BUILD_DIR = REPO_ROOT / "build" / "timing"
+
+
+class ReduceStage(wiring.Component):
+    """The cores' partial sums into the reducer: :class:`hw.lib.packet_arbiter.PacketArbiter` ->
+    :class:`hw.accel.reducer.Reducer` (with its requantiser), wired as in
+    :class:`hw.accel.accelerator.Accelerator`.
+
+    Members
+    -------
+    i : In(partial stream).array(cores)
+    o : Out(row stream)
+    rq : In(requantisation table load)
+    """
+
+    def __init__(self, cfg):
+        from hw.accel.mlp_core import chunk_tiles, partial_layout
+        from hw.accel.reducer import Reducer
+        from hw.lib.widths import index_bits
+
+        self._cfg = cfg
+        _, t_dn = chunk_tiles(cfg.d_model, cfg.d_ff, cfg.chunks, cfg.rows, cfg.cols)
+        self._partial = partial_layout(cfg.cols, t_dn.n_tiles, cfg.layers, index_bits(cfg.batch))
+        probe = Reducer(cfg.d_model, cfg.cols, layers=cfg.layers, chunks=cfg.chunks, tags=cfg.batch)
+        members = probe.signature.members
+        super().__init__({"i": members["i"].array(cfg.cores), "o": members["o"], "rq": members["rq"]})
+        self._reducer = probe
+
+    def elaborate(self, platform):
+        from amaranth import Module
+
+        from hw.lib.packet_arbiter import PacketArbiter
+
+        m = Module()
+        m.submodules.arb = arb = PacketArbiter(self._partial, self._cfg.cores)
+        m.submodules.red = red = self._reducer
+        for p in range(self._cfg.cores):
+            wiring.connect(m, wiring.flipped(self.i[p]), arb.i[p])
+        wiring.connect(m, arb.o, red.i)
+        wiring.connect(m, red.o, wiring.flipped(self.o))
+        wiring.connect(m, wiring.flipped(self.rq), red.rq)
+        return m
+
+
+def _weights(cfg):
+    from hw.accel.weight_store import WeightStore
+    return WeightStore(cfg)
+
+
+def _mv(cfg):
+    from hw.accel.mv_unit import MvUnit
+    from sw.golden.quant import sum_bits
+    return MvUnit(cfg.mv_in, cfg.mv_out, max(cfg.gu_sum_bits, sum_bits(cfg.chunk_width)))
+
+
+def _mv_core(cfg):
+    import dataclasses
+
+    from hw.accel.mv_core import MvCore
+    from hw.accel.weight_store import WeightStore
+    from hw.lib.widths import index_bits
+    return MvCore(dataclasses.replace(cfg, datapath=2), w_latency=WeightStore.latency,
+                  tag_bits=index_bits(cfg.batch))
+
+
+def _row_out(cfg):
+    import dataclasses
+
+    from hw.accel.row_out import RowOut
+    from hw.lib.widths import index_bits
+    return RowOut(dataclasses.replace(cfg, datapath=2), cores=2, tag_bits=index_bits(cfg.batch))
+
+
+def _pe(cfg):
+    from hw.accel.pe import ProcessingElement
+    return ProcessingElement(cfg.gate_tile.weight_depth * cfg.layers * cfg.chunks, lanes=cfg.cores)
+
+
+def _array(cfg):
+    from hw.accel.systolic_array import SystolicArray
+    return SystolicArray(cfg.gate_tile, lanes=cfg.cores, banks=cfg.layers * cfg.chunks)
+
+
+def _tile(cfg):
+    from hw.accel.gemm_tile import GemmTile
+    return GemmTile(cfg.gate_tile, lanes=cfg.cores, banks=cfg.layers * cfg.chunks)
+
+
+def _swiglu(cfg):
+    from hw.accel.swiglu_gate import SwigluGate
+    from hw.lib.widths import index_bits
+    return SwigluGate(cfg.chunk_width, cfg.gate_lanes, layers=cfg.layers,
+                      tag_bits=index_bits(cfg.layers * cfg.chunks))
+
+
+def _dispatcher(cfg):
+    from hw.accel.dispatcher import Dispatcher
+    from hw.lib.widths import index_bits
+    return Dispatcher(cfg.d_model, layers=cfg.layers, chunks=cfg.chunks, cores=cfg.cores,
+                      tag_bits=index_bits(cfg.batch))
+
+
+def _tas(cfg):
+    from hw.accel.accelerator import FRAME_BITS
+    from hw.accel.tas_unit import TasUnit
+    return TasUnit(cfg.d_model, cfg.layers, cfg.tokens_per_frame, cfg.batch, lanes=cfg.tas_lanes,
+                   frame_bits=FRAME_BITS)
+
+
+def _tas_group(cfg):
+    from hw.accel.accelerator import FRAME_BITS
+    from hw.accel.tas_group import TasGroup
+    return TasGroup(cfg.d_model, cfg.layers, cfg.tokens_per_frame, cfg.batch, lanes=cfg.tas_lanes,
+                    frame_bits=FRAME_BITS)
+
+
+def _cache(cfg):
+    from hw.accel.replay_cache import ReplayCache
+    return ReplayCache(cfg.d_model, cfg.layers, cfg.tokens_per_frame, cfg.batch)
+
+
+def _rob(cfg):
+    from amaranth import signed
+
+    from hw.lib.reorder_buffer import ReorderBuffer
+    layout = data.StructLayout({"y": data.ArrayLayout(signed(8), cfg.d_model), "replay": 1})
+    return ReorderBuffer(layout, max(2, cfg.batch))
+
+
+def _uart(cfg):
+    from hw.accel.accelerator import COUNTER_BITS
+    from hw.board.core import READS, WRITES, _accel_streams, counter_names, info_bytes
+    from hw.board.uart_bridge import UartBridge
+    streams = _accel_streams(cfg)
+    return UartBridge({n: streams[n] for n in WRITES}, {n: streams[n] for n in READS},
+                      status_bits=len(counter_names(cfg)) * COUNTER_BITS, info=info_bytes(cfg),
+                      timeout=1 << 20)
+
+
+#: Block name -> (what it is, factory from an :class:`sw.config.AccelConfig`). In data-flow order.
+BLOCKS = {
+    "mv": ("v2 matrix-vector unit: mv_in x mv_out MULT18X18D, registered adder trees, accumulators", _mv),
+    "mv_core": ("v2 MLP core: pass scheduler, x and h registers, MV unit, gate/up requantiser, SiLU, "
+                "gated product, row accumulators (weights from the harness)", _mv_core),
+    "row_out": ("v2 output stage: chunk counts, the cores' accumulators added, requantiser lanes", _row_out),
+    "pe": ("one processing element: weight block RAM (both ports), 2 MULT18X18D, partial sums", _pe),
+    "array": ("the gate tile's systolic array of PEs with its skew", _array),
+    "tile": ("one GEMM tile: row sequencer, array, deskew, requantiser, output FIFO", _tile),
+    "swiglu": ("the gating stage: SiLU table, products, requantisation", _swiglu),
+    "dispatcher": ("DRS dispatcher, with the cores' inputs as its outputs", _dispatcher),
+    "reduce": ("packet arbiter + reducer + down requantiser", ReduceStage),
+    "tas": ("TAS unit: dot products, threshold compare, chain counters", _tas),
+    "tas_group": ("v2 front end: TAS of a group's rows in parallel, fabric products", _tas_group),
+    "cache": ("replay cache", _cache),
+    "rob": ("reorder buffer (in-order output)", _rob),
+    "uart": ("UART command bridge (board I/O)", _uart),
+}
+
+
+def make_block(name, cfg=None):
+    """The component of block ``name`` for ``cfg`` (default: the project's configuration)."""
+    from sw.config import DEFAULT_ACCEL
+    if name not in BLOCKS:
+        raise SynthError(f"unknown block {name!r}; choose from {', '.join(BLOCKS)}")
+    return BLOCKS[name][1](cfg or DEFAULT_ACCEL)
+
+
+_SUMMARY_RE = re.compile(r"([0-9.]+) ns logic, ([0-9.]+) ns routing")
+
+
+def run_block(name, *, mhz=TARGET_MHZ, cfg=None, build_dir=DEFAULT_BUILD_DIR, board_file=DEFAULT_BOARD_FILE):
+    """Place and route block ``name`` alone at ``mhz``; return its row of the report."""
+    board = load_board(board_file)
+    platform = make_platform(board)
+    pll = compute_pll(board["clock"]["frequency_mhz"], mhz)
+    top = HarnessTop(make_block(name, cfg), board, pll, register_outputs=True)
+    setup_tool_env()
+    out = Path(build_dir) / name
+    out.mkdir(parents=True, exist_ok=True)
+    parsed, seconds, log_path = build_and_parse(platform, top, "top", out)
+    signals = [s.removeprefix("harness.") for s in parsed.get("critical_path_signals", [])]
+    summary = _SUMMARY_RE.search(" ".join(parsed.get("critical_path", [])))
+    return {
+        "block": name,
+        "fmax_mhz": parsed["fmax_mhz"],
+        "target_mhz": pll.fout_mhz,
+        "met": parsed["timing_met"],          # nextpnr's PASS/FAIL at the PLL clock
+        "path_from": signals[0] if signals else None,
+        "path_to": signals[-1] if signals else None,
+        "path_through": signals,
+        "logic_ns": float(summary[1]) if summary else None,
+        "routing_ns": float(summary[2]) if summary else None,
+        "dsp": parsed["dsp_used"], "ebr": parsed["ebr_used"], "lut4": parsed["lut4"],
+        "ff": parsed["ff"], "harness_ff_max": top.harness.register_bits,
+        "seconds": round(seconds, 1),
+        "log": str(log_path),
+    }
+
+
+def _run_one(args):
+    name, kwargs = args
+    try:
+        return run_block(name, **kwargs)
+    except SynthError as e:
+        return {"block": name, "error": str(e)}
+
+
+def run_blocks(names, *, jobs=1, progress=None, **kwargs):
+    """:func:`run_block` for each of ``names``, ``jobs`` at a time; rows in the order of ``names``."""
+    rows = {}
+    work = [(name, kwargs) for name in names]
+    if jobs <= 1:
+        results = map(_run_one, work)
+        pool = None
+    else:
+        pool = ProcessPoolExecutor(max_workers=jobs)
+        results = pool.map(_run_one, work)
+    try:
+        for row in results:
+            rows[row["block"]] = row
+            if progress:
+                progress(row)
+    finally:
+        if pool:
+            pool.shutdown()
+    return [rows[name] for name in names]
+
+
+def format_rows(rows):
+    """The report as an aligned table, one block per line."""
+    head = ("block", "Fmax MHz", "target", "DSP", "EBR", "LUT4", "FF", "logic/route ns", "s",
+            "critical path")
+    lines = [head]
+    for r in rows:
+        if "error" in r:
+            lines.append((r["block"], "error", "", "", "", "", "", "", "", r["error"]))
+            continue
+        path = f"{r['path_from']} -> {r['path_to']}" if r["path_from"] else ""
+        split = (f"{r['logic_ns']:.2f}/{r['routing_ns']:.2f}" if r["logic_ns"] is not None else "")
+        lines.append((r["block"], f"{r['fmax_mhz']:.1f}", ("PASS " if r["met"] else "FAIL ")
+                      + f"{r['target_mhz']:.0f}", str(r["dsp"]), str(r["ebr"]), str(r["lut4"]),
+                      str(r["ff"]), split, f"{r['seconds']:.0f}", path))
+    widths = [max(len(row[i]) for row in lines) for i in range(len(head))]
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+                     for row in lines)
+
+
+def format_markdown(rows):
+    """The report as the Markdown table of ``docs/timing.md``."""
+    out = ["| block | Fmax (MHz) | at 180 MHz | critical path (from -> to) | logic / routing (ns) "
+           "| MULT18X18D | DP16KD | LUT4 | FF | minutes |",
+           "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        if "error" in r:
+            out.append(f"| {r['block']} | error: {r['error']} |||||||||")
+            continue
+        path = f"`{r['path_from']}` -> `{r['path_to']}`" if r["path_from"] else ""
+        out.append(f"| {r['block']} | {r['fmax_mhz']:.1f} | {'met' if r['met'] else 'not met'} | {path} "
+                   f"| {r['logic_ns']:.2f} / {r['routing_ns']:.2f} | {r['dsp']} | {r['ebr']} | {r['lut4']:,} "
+                   f"| {r['ff']:,} | {r['seconds'] / 60:.1f} |")
+    return "\n".join(out)
+
+
+def rows_from_reports(paths, names):
+    """The rows of earlier runs' ``report.json`` files (later files win), for ``names`` or all."""
+    rows = {}
+    for path in paths:
+        try:
+            report = json.loads(Path(path).read_text())
+            for row in report["blocks"]:
+                rows[row["block"]] = row
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise SynthError(f"{path}: field 'blocks': not a timing report ({e})") from None
+    names = names or [n for n in BLOCKS if n in rows]
+    missing = [n for n in names if n not in rows]
+    if missing:
+        raise SynthError(f"{paths[-1]}: field 'blocks': no row for block {missing[0]!r}")
+    return [rows[n] for n in names]
+
+
+def load_record(path=RECORD):
+    """``{block: fmax_mhz}`` of the record; a clear error names the file and the field."""
+    path = Path(path)
+    try:
+        record = json.loads(path.read_text())
+        blocks = record["blocks"]
+        return {name: float(entry["fmax_mhz"]) for name, entry in blocks.items()}
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise SynthError(f"{path}: field 'blocks.*.fmax_mhz': cannot read the timing record ({e})") from None
+
+
+def check_against_record(rows, record, tolerance=TOLERANCE):
+    """One line per block that fell more than ``tolerance`` below its recorded Fmax, or has none."""
+    failures = []
+    for r in rows:
+        if "error" in r:
+            failures.append(f"{r['block']}: {r['error']}")
+        elif r["block"] not in record:
+            failures.append(f"{r['block']}: no recorded Fmax in {RECORD.name} (run --record)")
+        elif r["fmax_mhz"] < (1 - tolerance) * record[r["block"]]:
+            failures.append(f"{r['block']}: Fmax {r['fmax_mhz']:.2f} MHz is more than {tolerance:.0%} "
+                            f"below the recorded {record[r['block']]:.2f} MHz")
+    return failures
+
+
+def write_record(rows, path=RECORD):
+    """Merge the measured rows into the record (atomically)."""
+    path = Path(path)
+    try:
+        record = json.loads(path.read_text())
+    except FileNotFoundError:
+        record = {"about": "Fmax of each block alone on the LFE5U-85F (python -m hw.flow.timing --record); "
+                           "python -m hw.flow.timing --check fails when one falls more than 5 % below.",
+                  "blocks": {}}
+    for r in rows:
+        if "error" in r:
+            raise SynthError(f"{r['block']}: not recorded: {r['error']}")
+        record["blocks"][r["block"]] = {k: r[k] for k in ("fmax_mhz", "target_mhz", "dsp", "ebr", "lut4",
+                                                           "ff", "path_from", "path_to")}
+    write_report(record, path)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m hw.flow.timing", description=__doc__.split("\n")[0])
+    parser.add_argument("blocks", nargs="*", metavar="BLOCK", help=f"blocks to build (default: all): "
+                        f"{', '.join(BLOCKS)}")
+    parser.add_argument("--mhz", type=float, default=TARGET_MHZ,
+                        help=f"PLL target for every block (default {TARGET_MHZ:g})")
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
+                        help="blocks built side by side (default: the CPU count)")
+    parser.add_argument("--accel", default=None, help="accelerator config as JSON (default: the project's)")
+    parser.add_argument("--build-dir", default=str(DEFAULT_BUILD_DIR))
+    parser.add_argument("--list", action="store_true", help="list the blocks and exit")
+    parser.add_argument("--from-report", action="append", metavar="REPORT", default=None,
+                        help="build nothing: take the rows of an earlier run's report.json (repeatable; "
+                             "later files win)")
+    parser.add_argument("--markdown", action="store_true", help="print the table as Markdown")
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--check", action="store_true",
+                      help=f"exit 1 if a block's Fmax is more than {TOLERANCE:.0%} below {RECORD.name}")
+    mode.add_argument("--record", action="store_true", help=f"write the figures into {RECORD.name}")
+    args = parser.parse_args(argv)
+    if args.list:
+        for name, (what, _) in BLOCKS.items():
+            print(f"{name:<11} {what}")
+        return 0
+    names = args.blocks or list(BLOCKS)
+    unknown = [n for n in names if n not in BLOCKS]
+    if unknown:
+        parser.error(f"unknown block {unknown[0]!r}; choose from {', '.join(BLOCKS)}")
+    try:
+        cfg = None
+        if args.accel:
+            from sw.config import AccelConfig, ConfigError
+            try:
+                cfg = AccelConfig.from_json(args.accel)
+            except ConfigError as e:
+                raise SynthError(str(e)) from None
+        if args.from_report:
+            rows = rows_from_reports(args.from_report, args.blocks)
+        else:
+            build_dir = Path(args.build_dir)
+            build_dir.mkdir(parents=True, exist_ok=True)
+            start = time.monotonic()
+            print(f"hw.flow.timing: {len(names)} block(s) at {args.mhz:g} MHz, {min(args.jobs, len(names))} "
+                  f"at a time, in {build_dir}", file=sys.stderr)
+
+            def progress(row):
+                done = (f"{row['fmax_mhz']:.1f} MHz in {row['seconds']:.0f} s" if "error" not in row
+                        else f"error: {row['error']}")
+                print(f"hw.flow.timing: {row['block']}: {done}", file=sys.stderr)
+
+            rows = run_blocks(names, jobs=min(args.jobs, len(names)), progress=progress, mhz=args.mhz,
+                              cfg=cfg, build_dir=build_dir)
+            report = {"target_mhz": args.mhz, "blocks": rows, "seconds": round(time.monotonic() - start, 1)}
+            write_report(report, build_dir / "report.json")
+        print(format_markdown(rows) if args.markdown else format_rows(rows))
+        if not args.from_report:
+            print(f"report: {build_dir / 'report.json'}")
+        if args.record:
+            write_record(rows)
+            print(f"recorded in {RECORD}")
+        if args.check:
+            failures = check_against_record(rows, load_record())
+            if failures:
+                for line in failures:
+                    print(f"hw.flow.timing: error: {line}", file=sys.stderr)
+                return 1
+        errors = [r for r in rows if "error" in r]
+        if errors:
+            print(f"hw.flow.timing: error: {errors[0]['block']}: {errors[0]['error']}", file=sys.stderr)
+            return 1
+    except SynthError as e:
+        print(f"hw.flow.timing: error: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

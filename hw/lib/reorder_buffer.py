@@ -1,0 +1,64 @@
+"""Reorder buffer: results that finish out of order leave in sequence order."""
+
+from amaranth import *
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from hw.lib.widths import index_bits
+
+__all__ = ["ReorderBuffer"]
+
+
+class ReorderBuffer(wiring.Component):
+    """Holds up to ``depth`` results tagged with their sequence number modulo ``depth`` and emits
+    them in sequence order, whatever order the cores finished in.
+
+    A result is accepted when its slot is free; the producer must keep at most ``depth`` results in
+    flight beyond ``head`` (the sequence number, modulo ``depth``, of the next result to leave), which
+    the DRS dispatcher does with a credit count.
+
+    Parameters
+    ----------
+    shape : shape-castable
+        Payload of one result.
+    depth : int
+        Slots; a power of two.
+
+    Members
+    -------
+    i : In(stream.Signature({tag, data}))
+    o : Out(stream.Signature(shape))
+    head : Out(range(depth))
+    """
+
+    def __init__(self, shape, depth):
+        if depth < 2 or depth & (depth - 1):
+            raise ValueError(f"ReorderBuffer depth must be a power of two >= 2, not {depth!r}")
+        self._shape, self._depth = shape, depth
+        tag_bits = index_bits(depth)
+        super().__init__({
+            "i": In(stream.Signature(data.StructLayout({"tag": tag_bits, "data": shape}))),
+            "o": Out(stream.Signature(shape)),
+            "head": Out(tag_bits),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        D = self._depth
+        slots = Array(Signal(self._shape, name=f"slot_{n}") for n in range(D))
+        full = Signal(D)
+        m.d.comb += [
+            self.i.ready.eq(~full.bit_select(self.i.p.tag, 1)),
+            self.o.valid.eq(full.bit_select(self.head, 1)),
+            self.o.p.eq(slots[self.head]),
+        ]
+        set_mask = Signal(D)
+        clr_mask = Signal(D)
+        with m.If(self.i.valid & self.i.ready):
+            m.d.sync += slots[self.i.p.tag].eq(self.i.p.data)
+            m.d.comb += set_mask.eq(1 << self.i.p.tag)
+        with m.If(self.o.valid & self.o.ready):
+            m.d.sync += self.head.eq(self.head + 1)
+            m.d.comb += clr_mask.eq(1 << self.head)
+        m.d.sync += full.eq((full | set_mask) & ~clr_mask)
+        return m

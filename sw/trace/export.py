@@ -1,0 +1,342 @@
+"""Export golden traces: FastCar decode traces from the shipped model, or a single-layer GEMM trace.
+
+With no arguments, ``python sw/export_trace.py`` loads the shipped model and its stored integer
+constants (``int8.safetensors``, :mod:`sw.golden.int8`; ``--recalibrate`` calibrates them from the float
+model instead, :mod:`sw.golden.calibrate`), generates the default prompts with FastCar replay decided and
+computed by that integer path (exactly as the accelerator runs it) around a float64 rollout of the
+rest of the model, and writes a decode trace (:mod:`sw.trace.decode`, format in
+``golden/README.md``) to ``build/traces/fastcar``. With stored constants and float64 the trace
+does not depend on the CPU's float kernels (``docs/quantization.md``, "What is reproducible across
+machines"). ``nox -s sim`` checks the committed copy in ``golden/fastcar``;
+``nox -s sim -- --trace build/traces/fastcar`` checks a fresh one.
+
+With ``--linear``, it writes the small single-layer trace described below instead.
+
+The float side of ``--linear`` is a PyTorch ``nn.Linear`` (no bias, as in LLaMA's MLP) fed with a batch of
+activations; the spec in ``sw/golden/quant.py`` turns weights, activations and the output scale into
+int8 tensors and integer requantisation parameters, and the integer golden model computes the
+expected int8 output. The result is a trace directory (``golden/README.md``) that ``nox -s sim``
+checks the RTL against, bit for bit.
+
+Usage::
+
+    python sw/export_trace.py                                   # decode trace of the shipped model
+    python sw/export_trace.py --prompt "red square moves up" --tau -2 --frames 8 --out DIR --force
+    python sw/export_trace.py --linear --out build/traces/gemm_tile --batch 32 --seed 3
+    python sw/export_trace.py --corners --out golden/corners --force   # the corner-case trace
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+if __package__ in (None, ""):  # run as a script: make the repository importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+import numpy as np
+
+from sw.config import DEFAULT_TILE, ConfigError, TileConfig
+from sw.golden import quant
+from sw.golden.calibrate import integer_constants
+from sw.trace.store import TraceError, write_gemm_trace
+
+#: Default batch: two prompts, each with its conditional and unconditional (CFG) row.
+DEFAULT_EXPORT_PROMPTS = 2
+DEFAULT_CFG = 1.5
+#: The default threshold; see docs/fastcar.md ("The default tau is -1.5").
+DEFAULT_TAU = -1.5
+
+
+def quantize_linear(weight: np.ndarray, x: np.ndarray, y_float: np.ndarray):
+    """Quantise one linear layer and its input/output by the spec.
+
+    Parameters
+    ----------
+    weight : ndarray [K, N]
+        Float weights (``y = x @ weight``).
+    x : ndarray [B, K]
+        Float activations.
+    y_float : ndarray [B, N]
+        Float reference output, used only to choose the output scale.
+
+    Returns
+    -------
+    dict with int8 ``x``, ``w``, ``y`` and integer ``mult``, ``shift``, plus the float scales.
+    """
+    w_q, s_w = quant.quantize_weight(weight)
+    s_x = quant.activation_scale(x)
+    s_y = quant.activation_scale(y_float)
+    x_q = quant.quantize_activation(x, s_x)
+    mult, shift = quant.scale_to_mult_shift(s_x * s_w / s_y)
+    y_q = quant.gemm_int8(x_q, w_q, mult, shift)
+    return {"x": x_q, "w": w_q, "mult": mult, "shift": shift, "y": y_q, "s_x": s_x, "s_y": s_y}
+
+
+def export_linear_trace(out, tile: TileConfig = DEFAULT_TILE, *, batch: int = 16, seed: int = 0,
+                        force: bool = False) -> dict:
+    """Build a seeded ``torch.nn.Linear`` of the tile's shape, quantise it and write the trace."""
+    import torch
+
+    from sw import budget
+
+    floats = batch * (tile.k_dim + tile.n_dim) * 8
+    budget.check(f"--batch {batch}", {"float rows (x, y)": 2 * floats,
+                                      "int8 rows and golden model": batch * (tile.k_dim + tile.n_dim) * 9},
+                 disk={"trace": batch * (tile.k_dim + tile.n_dim)}, out=out)
+    torch.manual_seed(seed)
+    layer = torch.nn.Linear(tile.k_dim, tile.n_dim, bias=False)
+    # Activations like an MLP input after RMSNorm: roughly unit scale, with a few outliers.
+    x = torch.randn(batch, tile.k_dim) * (1 + 2 * (torch.rand(batch, tile.k_dim) > 0.97))
+    with torch.no_grad():
+        y = layer(x)
+    weight = layer.weight.detach().double().numpy().T          # [K, N]
+    q = quantize_linear(weight, x.double().numpy(), y.double().numpy())
+    y_deq = q["y"].astype(np.float64) * q["s_y"]
+    rel_err = float(np.linalg.norm(y_deq - y.double().numpy()) / np.linalg.norm(y.double().numpy()))
+    src = (f"torch.nn.Linear({tile.k_dim}, {tile.n_dim}, bias=False), torch.manual_seed({seed}), "
+           f"batch {batch}; torch {torch.__version__}; int8 output relative error {rel_err:.4f}")
+    write_gemm_trace(out, tile, x=q["x"], w=q["w"], mult=q["mult"], shift=q["shift"], y=q["y"],
+                     source=src, force=force)
+    return {"out": str(out), "batch": batch, "relative_error": rel_err}
+
+
+def rollout(ckpt, ip, prompts, frames: int, *, fastcar, sparse=None, cfg_scale=DEFAULT_CFG, seed: int = 0,
+            progress: bool = True):
+    """Generate ``prompts`` with the integer MLP and integer replay decisions of ``ip`` installed,
+    recording every layer at every decode step. Returns ``(records, tokens, stats)``, the records of
+    frame tokens only."""
+    import torch
+
+    from sw.model.decoder import generate
+
+    model, layout = ckpt.model, ckpt.layout
+    cond, uncond = layout.prompt_batch(prompts)
+    records = []
+    ip.install(model)
+    try:
+        with torch.no_grad():
+            tokens, stats = generate(model, cond, frames, seed=seed, cfg_scale=cfg_scale,
+                                     uncond_prompt_tokens=uncond if cfg_scale else None, fastcar=fastcar,
+                                     sparse=sparse, recorder=records.append, progress=progress)
+    finally:
+        model.set_mlp_override(None)
+        model.set_replay_rule(None)
+    return [r for r in records if r.frame is not None], tokens, stats
+
+
+def export_decode_trace(out, *, checkpoint=None, prompts=None, frames: int = 8, tau=DEFAULT_TAU,
+                        strict: bool = False, refresh_every=None, max_chain=None, sinks=None, window=None,
+                        cfg_scale: float | None = DEFAULT_CFG, seed: int = 0, force: bool = False,
+                        progress: bool = True, int8_file=None, recalibrate: bool = False,
+                        dtype=None) -> dict:
+    """Run the shipped model through the integer path with FastCar and write a decode trace.
+
+    The integer constants come from the checkpoint's ``int8.safetensors`` (see
+    :func:`integer_constants`); the float part of the rollout (attention, norms, sampling) runs in
+    ``dtype``, float64 unless asked otherwise (float32 is for comparisons only: its last-bit
+    differences between CPUs flip int8 roundings).
+    """
+    import torch
+
+    from sw.golden.calibrate import use_float64
+    from sw.model import data
+    from sw.model.checkpoint import DEFAULT_CHECKPOINT, load_checkpoint
+    from sw.model.fastcar import FastCarConfig, SparseConfig
+    from sw.trace.decode import write_decode_trace
+
+    dtype = dtype or torch.float64
+    out = Path(out)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())) and not force:
+        raise TraceError(f"{out}: already exists and is not empty; pass --force to overwrite")
+    prompts = list(prompts or data.DEFAULT_PROMPTS[:DEFAULT_EXPORT_PROMPTS])
+    for p in prompts:
+        data.encode_prompt(p)
+    if frames < 2:
+        raise TraceError(f"--frames must be at least 2 (frame 0 is never replayed), not {frames}")
+    ckpt = load_checkpoint(checkpoint or DEFAULT_CHECKPOINT)
+    model, layout, mc = ckpt.model, ckpt.layout, ckpt.model.config
+    from sw.budget import check_decode_trace
+
+    check_decode_trace(mc, layout, out, batch=len(prompts) * (2 if cfg_scale else 1), frames=frames,
+                       float_bytes=torch.empty((), dtype=dtype).element_size())
+    taus = [float(tau)] * mc.n_layers if np.isscalar(tau) else [float(t) for t in tau]
+    if len(taus) != mc.n_layers:
+        raise TraceError(f"--tau: {len(taus)} values for {mc.n_layers} layers")
+    if any(np.isnan(t) for t in taus):
+        raise TraceError("--tau: NaN is not a threshold")
+    fastcar = FastCarConfig(tau=taus, strict=strict, refresh_every=refresh_every, max_chain=max_chain)
+    sparse = SparseConfig(sinks=sinks or 0, window=window) if window is not None else None
+
+    ip, constants = integer_constants(ckpt, int8_file=int8_file, recalibrate=recalibrate, dtype=dtype)
+    if dtype == torch.float64:
+        use_float64(model)
+    model.set_max_seq_len(max(mc.max_seq_len, layout.prompt_len + frames * layout.tokens_per_frame))
+    recs, tokens, stats = rollout(ckpt, ip, prompts, frames, fastcar=fastcar, sparse=sparse,
+                                  cfg_scale=cfg_scale, seed=seed, progress=progress)
+
+    G, B = len(recs), recs[0].x.shape[0]
+    H, dh, d, f, L = mc.n_heads, mc.head_dim, mc.d_model, mc.d_ff, mc.n_layers
+    t = {
+        "group_layer": np.array([r.layer for r in recs], np.int16),
+        "group_frame": np.array([r.frame for r in recs], np.int16),
+        "group_index": np.array([r.index for r in recs], np.int16),
+        "x": np.zeros((G, B, d), np.int8), "q": np.zeros((G, B, H, dh), np.int8),
+        "k_prev": np.zeros((G, B, H, dh), np.int8), "tas": np.zeros((G, B), np.int64),
+        "replay": np.zeros((G, B), np.uint8), "y": np.zeros((G, B, d), np.int8),
+    }
+    for g, r in enumerate(recs):
+        li = r.layer
+        t["x"][g] = ip.quantize_x(li, r.x.numpy())
+        if r.q is not None:
+            q_q, k_q = ip.quantize_qk(li, r.q.numpy(), r.k_prev.numpy())
+            t["q"][g], t["k_prev"][g] = q_q, k_q
+            t["tas"][g] = quant.tas_int(q_q, k_q)
+        t["replay"][g] = r.replay.numpy()
+        # The MLP output used is y_q * s_y (the integer path's, or the cached one): recover y_q.
+        y = r.mlp_out.double().numpy() / ip.layers[li].scales["s_y"]
+        if np.abs(y - np.rint(y)).max() > 1e-3:
+            raise TraceError(f"layer {li}: MLP output is not an int8 multiple of s_y "
+                             "(integer path not installed?)")
+        t["y"][g] = np.rint(y).astype(np.int8)
+    for name in ("wg", "wu", "wd"):
+        t[name] = np.stack([getattr(Lr, name) for Lr in ip.layers])
+    for name in ("mult_g", "shift_g", "mult_u", "shift_u", "lut", "mult_h", "shift_h", "mult_d", "shift_d"):
+        dtype_ = {"lut": np.int8}.get(name, np.uint16 if name.startswith("mult") else np.uint8)
+        t[name] = np.stack([np.asarray(Lr.consts[name]) for Lr in ip.layers]).astype(dtype_)
+    t["threshold"] = np.array([ip.threshold(li, taus[li], strict=strict) for li in range(L)], np.int64)
+
+    ratio_layer = stats.replay_ratio_per_layer().tolist()
+    manifest = {
+        "source": f"python sw/export_trace.py (checkpoint {ckpt.path.name}, torch {torch.__version__})",
+        "model": mc.to_dict(),
+        "tile": DEFAULT_TILE.to_dict(),
+        "dims": {"layers": L, "groups": G, "batch": B, "d_model": d, "d_ff": f, "n_heads": H, "head_dim": dh},
+        "layers": L, "frames": frames, "tokens_per_frame": mc.tokens_per_frame,
+        "decode": {"prompts": prompts, "rows": ["cond", "uncond"] if cfg_scale else ["cond"],
+                   "row_order": "conditional rows first, then unconditional", "cfg_scale": cfg_scale,
+                   "seed": seed, "tau": taus, "strict": strict, "score": "logit",
+                   "refresh_every": refresh_every, "max_chain": max_chain,
+                   "sparse": None if sparse is None else {"sinks": sparse.sinks, "window": sparse.window},
+                   "float_dtype": str(dtype).removeprefix("torch.")},
+        "integer_constants": constants,
+        "calibration_prompts": constants["calibration"].get("prompts"),
+        "scales": [Lr.scales for Lr in ip.layers],
+        "replay_ratio": float(stats.replay_ratio()),
+        "replay_ratio_per_layer": [float(v) for v in ratio_layer],
+        "video_tokens": tokens.tolist(),
+    }
+    write_decode_trace(out, manifest, t, force=force)
+    return {"out": str(out), "groups": G, "batch": B, "replay_ratio": manifest["replay_ratio"],
+            "replay_ratio_per_layer": manifest["replay_ratio_per_layer"],
+            "integer_constants": constants["file"] or f"calibrated ({constants['calibrated_at_export']})"}
+
+
+def main(argv=None) -> int:
+    from sw.model.checkpoint import CheckpointError
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", type=Path, default=None,
+                    help="trace directory (default: build/traces/fastcar, or build/traces/gemm_tile)")
+    ap.add_argument("--prompt", action="append", help="prompt (repeatable; default: two default prompts)")
+    ap.add_argument("--frames", type=int, default=8, help="frames to generate (default: %(default)s)")
+    ap.add_argument("--tau", type=str, default=str(DEFAULT_TAU),
+                    help="threshold: one value, or comma-separated per layer (default: %(default)s)")
+    ap.add_argument("--strict", action="store_true", help="replay when score > tau (default: >=)")
+    ap.add_argument("--refresh-every", type=int, default=None, help="drift guard: compute every K-th frame")
+    ap.add_argument("--max-chain", type=int, default=None, help="drift guard: longest replay chain")
+    ap.add_argument("--sparse-window", type=int, default=None, help="sparse attention: local window")
+    ap.add_argument("--sinks", type=int, default=None, help="sparse attention: sink tokens")
+    ap.add_argument("--cfg", type=float, default=DEFAULT_CFG,
+                    help="guidance scale, 0 = off (default: %(default)s)")
+    ap.add_argument("--checkpoint", type=Path, default=None,
+                    help="model directory (default: the shipped model)")
+    ap.add_argument("--int8", type=Path, default=None, metavar="FILE",
+                    help="integer constants (default: CHECKPOINT/int8.safetensors; a checkpoint without "
+                         "it is calibrated at export)")
+    ap.add_argument("--recalibrate", action="store_true",
+                    help="calibrate the integer constants from the float model (float64) instead of "
+                         "reading them; nothing is written but the trace (python -m sw.golden --calibrate "
+                         "writes a new int8.safetensors)")
+    ap.add_argument("--seed", type=int, default=0, help="sampling seed (default: %(default)s)")
+    ap.add_argument("--linear", action="store_true", help="write a single-layer GEMM trace instead")
+    ap.add_argument("--full-step", action="store_true",
+                    help="write a full-step trace instead: the whole decode step in integers "
+                         "(sw/golden/step.py), block by block (default --out build/traces/full_step)")
+    ap.add_argument("--corners", action="store_true",
+                    help="write the directed corner-case trace instead (constructed integers, "
+                         "sw/trace/corners.py; default --out build/traces/corners)")
+    ap.add_argument("--tile", type=Path, default=None, help="--linear: tile geometry as JSON")
+    ap.add_argument("--batch", type=int, default=16,
+                    help="--linear: rows of activations (default: %(default)s)")
+    ap.add_argument("--threads", type=int, default=1,
+                    help="torch threads of the float rollout (default: %(default)s; the tiny matrices run "
+                         "fastest on one, and the trace does not depend on it)")
+    ap.add_argument("--force", action="store_true", help="overwrite an existing trace directory")
+    args = ap.parse_args(argv)
+    try:
+        if args.linear:
+            if args.batch < 1:
+                raise TraceError(f"--batch must be at least 1, not {args.batch}")
+            tile = TileConfig.from_json(args.tile) if args.tile else DEFAULT_TILE
+            out = args.out or Path("build/traces/gemm_tile")
+            info = export_linear_trace(out, tile, batch=args.batch, seed=args.seed, force=args.force)
+            print(f"wrote {info['out']}: {info['batch']} rows, tile {tile.to_dict()}, "
+                  f"int8 vs float relative error {info['relative_error']:.4f}")
+            return 0
+        if args.full_step:
+            from sw.trace.full_step import export_full_step
+
+            taus = [float(v) for v in args.tau.split(",")]
+            info = export_full_step(args.out or Path("build/traces/full_step"), checkpoint=args.checkpoint,
+                                    prompts=args.prompt, frames=args.frames, tau=taus[0], sinks=args.sinks,
+                                    window=args.sparse_window, cfg_scale=args.cfg or None, seed=args.seed,
+                                    force=args.force)
+            print(f"wrote {info['out']}: {info['steps']} steps x {info['batch']} rows of the whole decode "
+                  "step in integers (python -m sw.trace verifies it)")
+            return 0
+        if args.corners:
+            from sw.trace.corners import export_corner_trace
+
+            info = export_corner_trace(args.out or Path("build/traces/corners"), force=args.force)
+            counts = info["counts"]
+            print(f"wrote {info['out']}: {info['groups']} groups, {len(counts)} corner classes, each held "
+                  f"by {min(counts.values())} to {max(counts.values())} groups")
+            return 0
+        if args.threads < 1:
+            raise TraceError(f"--threads must be at least 1, not {args.threads}")
+        import torch
+
+        torch.set_num_threads(args.threads)
+        if args.recalibrate and args.int8 is not None:
+            raise TraceError("--recalibrate and --int8: give one of them")
+        try:
+            taus = [float(v) for v in args.tau.split(",")]
+        except ValueError:
+            raise TraceError(f"--tau: not a number or comma-separated numbers: {args.tau!r}") from None
+        for flag, value, least in (("--sparse-window", args.sparse_window, 1), ("--sinks", args.sinks, 0),
+                                   ("--refresh-every", args.refresh_every, 1),
+                                   ("--max-chain", args.max_chain, 0)):
+            if value is not None and value < least:
+                raise TraceError(f"{flag} must be at least {least}, not {value}")
+        info = export_decode_trace(args.out or Path("build/traces/fastcar"), checkpoint=args.checkpoint,
+                                   prompts=args.prompt, frames=args.frames,
+                                   tau=taus[0] if len(taus) == 1 else taus, strict=args.strict,
+                                   refresh_every=args.refresh_every, max_chain=args.max_chain,
+                                   sinks=args.sinks, window=args.sparse_window, cfg_scale=args.cfg or None,
+                                   seed=args.seed, force=args.force, int8_file=args.int8,
+                                   recalibrate=args.recalibrate)
+    except (TraceError, ConfigError, quant.QuantError, CheckpointError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    per_layer = ", ".join(f"{v:.2f}" for v in info["replay_ratio_per_layer"])
+    print(f"wrote {info['out']}: {info['groups']} groups x {info['batch']} rows, "
+          f"replay ratio {info['replay_ratio']:.3f} (per layer {per_layer}); integer constants: "
+          f"{info['integer_constants']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
