@@ -37,7 +37,9 @@ def run(*argv):
 
 
 def snapshot(d: Path) -> dict:
-    return {p.relative_to(d): p.read_bytes() for p in sorted(d.rglob("*")) if p.is_file()} if d.exists() else {}
+    if not d.exists():
+        return {}
+    return {p.relative_to(d): p.read_bytes() for p in sorted(d.rglob("*")) if p.is_file()}
 
 
 def assert_one_clear_line(r, *needles):
@@ -98,17 +100,20 @@ TRACE_CASES = {
                           "wg.npy: SHA-256 does not match"),
     "wrong shape": (lambda d: _edit_manifest(d, lambda m: m["dims"].update(d_model=m["dims"]["d_model"] + 1)),
                     "wg.npy: field 'wg' has shape"),
-    "wrong dtype": (lambda d: _changed_dtype(d, "x", np.int16), "x.npy: field 'x' has dtype int16, expected int8"),
+    "wrong dtype": (lambda d: _changed_dtype(d, "x", np.int16),
+                    "x.npy: field 'x' has dtype int16, expected int8"),
     "bad dims": (lambda d: _edit_manifest(d, lambda m: m["dims"].update(batch=0)),
                  "manifest.json: field 'dims' needs positive integers"),
     "threshold above range": (lambda d: _changed(d, "threshold", lambda a: a.__setitem__(0, 2 ** 40)),
                               "threshold.npy: field 'threshold' of layer 0 is 1099511627776, outside"),
-    "threshold below range": (lambda d: _changed(d, "threshold", lambda a: a.__setitem__(1, quant.ACC_MIN - 1)),
+    "threshold below range": (lambda d: _changed(d, "threshold",
+                                                 lambda a: a.__setitem__(1, quant.ACC_MIN - 1)),
                               f"field 'threshold' of layer 1 is {quant.ACC_MIN - 1}, outside"),
     "replay bit not 0/1": (lambda d: _changed(d, "replay", lambda a: a.__setitem__((0, 0), 2)),
                            "replay.npy: field 'replay' has 2"),
     "shift above the spec": (lambda d: _changed(d, "shift_d", lambda a: a.__setitem__((0, 0), 200)),
-                             f"shift_d.npy: field 'shift_d' has 200, above the spec's maximum {quant.SHIFT_MAX}"),
+                             f"shift_d.npy: field 'shift_d' has 200, above the spec's maximum "
+                             f"{quant.SHIFT_MAX}"),
     "layer out of range": (lambda d: _changed(d, "group_layer", lambda a: a.__setitem__(0, 7)),
                            "group_layer.npy: field 'group_layer' has layer 7"),
 }
@@ -180,22 +185,29 @@ def _poke(state, key, value):
     state[key].view(-1)[0] = value
 
 
+def _truncate(path: Path, n: int):
+    path.write_bytes(path.read_bytes()[:n])
+
+
 EXPORT_CASES = {
-    "truncated weights": (lambda d: (d / "model.safetensors").write_bytes((d / "model.safetensors").read_bytes()[:300]),
+    "truncated weights": (lambda d: _truncate(d / "model.safetensors", 300),
                           [], "model.safetensors: cannot read"),
     "corrupted weights header": (lambda d: _corrupt_header(d / "model.safetensors"), [],
                                  "model.safetensors: cannot read"),
-    "truncated tokenizer": (lambda d: (d / "tokenizer.safetensors").write_bytes(
-        (d / "tokenizer.safetensors").read_bytes()[:50]), [], "tokenizer.safetensors"),
-    "NaN weight": (lambda d: _edit_weights(d / "model.safetensors", lambda s: _poke(s, "norm.weight", float("nan"))),
+    "truncated tokenizer": (lambda d: _truncate(d / "tokenizer.safetensors", 50), [],
+                            "tokenizer.safetensors"),
+    "NaN weight": (lambda d: _edit_weights(d / "model.safetensors",
+                                           lambda s: _poke(s, "norm.weight", float("nan"))),
                    [], "model.safetensors: key 'norm.weight' contains NaN or inf"),
     "inf weight": (lambda d: _edit_weights(d / "model.safetensors",
                                            lambda s: _poke(s, "layers.1.mlp.down_proj.weight", float("inf"))),
                    [], "model.safetensors: key 'layers.1.mlp.down_proj.weight' contains NaN or inf"),
     "integer weight": (lambda d: _edit_weights(d / "model.safetensors",
-                                               lambda s: s.update({"norm.weight": s["norm.weight"].to(torch.int32)})),
+                                               lambda s: s.update(
+                                                   {"norm.weight": s["norm.weight"].to(torch.int32)})),
                        [], "model.safetensors: key 'norm.weight' has dtype int32, expected a floating-point"),
-    "shapes differ from config": (lambda d: _set_config(d, d_ff=96), [], "model.safetensors: key 'layers.0.mlp."),
+    "shapes differ from config": (lambda d: _set_config(d, d_ff=96), [],
+                                  "model.safetensors: key 'layers.0.mlp."),
     "config not JSON": (lambda d: (d / "config.json").write_text("{"), [], "config.json: not valid JSON"),
     "threshold NaN": (None, ["--tau", "nan"], "--tau: NaN is not a threshold"),
     "threshold not a number": (None, ["--tau", "high"], "--tau: not a number"),
@@ -327,7 +339,7 @@ def _set_hf_config(d, **fields):
 
 
 HF_CASES = {
-    "truncated weights": (lambda d: (d / "model.safetensors").write_bytes((d / "model.safetensors").read_bytes()[:300]),
+    "truncated weights": (lambda d: _truncate(d / "model.safetensors", 300),
                           "model.safetensors: cannot read safetensors file"),
     "corrupted weights header": (lambda d: _corrupt_header(d / "model.safetensors"),
                                  "model.safetensors: cannot read safetensors file"),
@@ -335,7 +347,8 @@ HF_CASES = {
                                            lambda s: _poke(s, "model.norm.weight", float("nan"))),
                    "model.safetensors: key 'model.norm.weight' has 1 NaN/inf value(s)"),
     "inf weight": (lambda d: _edit_weights(d / "model.safetensors",
-                                           lambda s: _poke(s, "model.layers.0.mlp.up_proj.weight", float("-inf"))),
+                                           lambda s: _poke(s, "model.layers.0.mlp.up_proj.weight",
+                                                           float("-inf"))),
                    "key 'model.layers.0.mlp.up_proj.weight' has 1 NaN/inf value(s)"),
     "integer weight": (lambda d: _edit_weights(d / "model.safetensors", lambda s: s.update(
         {"model.norm.weight": s["model.norm.weight"].to(torch.int32)})),
