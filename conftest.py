@@ -79,12 +79,12 @@ def accelerator_summary(runs: list[dict], wall_s: float) -> tuple[list[str], str
     (None when DRS beats static and dense, or when not all three ran on the same groups)."""
     from tb.accelerator.test_accelerator import compare_modes
 
-    runs = sorted(runs, key=lambda r: (r["seed"] is None, r["mode"], r["seed"] or 0))
-    lines = [f"{'run':<16}{'groups':>7}{'rows checked':>14}{'DUT cycles':>12}{'sim cycles':>12}"
+    runs = sorted(runs, key=lambda r: (r["trace"], r["seed"] is None, r["mode"], r["seed"] or 0))
+    lines = [f"{'trace':<10}{'run':<16}{'groups':>7}{'rows checked':>14}{'DUT cycles':>12}{'sim cycles':>12}"
              f"{'wall s':>8}{'cycles/s':>10}"]
     for r in runs:
         name = f"stalls seed {r['seed']}" if r["seed"] is not None else r["mode"]
-        lines.append(f"{name:<16}{r['n_groups']:>7}{r['rows_checked']:>14,}{r['total_cycles']:>12,}"
+        lines.append(f"{Path(r['trace']).name:<10}{name:<16}{r['n_groups']:>7}{r['rows_checked']:>14,}{r['total_cycles']:>12,}"
                      f"{r['sim_cycles']:>12,}{r['wall_s']:>8.1f}{r['sim_cycles'] / r['wall_s']:>10,.0f}")
     failure = None
     nostall = {}

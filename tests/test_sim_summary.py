@@ -5,7 +5,7 @@ from conftest import accelerator_summary
 
 
 def runs(drs, static, dense):
-    common = {"trace": "t", "groups": "first:8", "seed": None, "stall": 0.0, "n_groups": 2,
+    common = {"trace": "golden/t", "groups": "first:8", "seed": None, "stall": 0.0, "n_groups": 2,
               "rows_replayed": 6, "rows_computed": 2, "rows_checked": 8, "sim_cycles": 1000,
               "wall_s": 0.5, "cpu_s": 0.5}
     out = [dict(common, mode=m, total_cycles=c)
@@ -18,6 +18,8 @@ def test_summary_table_and_speedup():
     lines, failure = accelerator_summary(runs(100, 125, 400), wall_s=2.0)
     assert failure is None
     text = "\n".join(lines)
+    assert lines[0].split()[:2] == ["trace", "run"]
+    assert lines[1].split()[:4] == ["t", "stalls", "seed", "3"] and lines[2].split()[:2] == ["t", "dense"]
     assert "stalls seed 3" in text and "static 125 (+25.0%)" in text and "speed-up 4.00x" in text
     assert "(ideal rows / computed rows 4.00x)" in text and "32 rows checked bit-exact in 4 runs" in text
 
