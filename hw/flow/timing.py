@@ -397,7 +397,7 @@ def main(argv=None):
     parser.add_argument("--markdown", action="store_true", help="print the table as Markdown")
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--check", action="store_true",
-                      help=f"exit 1 if a block's Fmax is more than {TOLERANCE:.0%} below {RECORD.name}")
+                      help=f"exit 1 if a block's Fmax is more than {TOLERANCE:.0%}% below {RECORD.name}")
     mode.add_argument("--record", action="store_true", help=f"write the figures into {RECORD.name}")
     args = parser.parse_args(argv)
     if args.list:

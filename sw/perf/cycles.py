@@ -20,7 +20,7 @@ The model follows the RTL's schedule (``docs/architecture.md``, "Cycle model"):
   reorder buffer, output).
 
 A group in which every row replays costs ``B * t_row + ALL_REPLAYED_TAIL``.
-The two constants were measured on the RTL (``tb/accelerator``); ``tests/test_perfmodel.py`` and
+The two constants were measured on the RTL (``tb/accelerator``); ``tests/test_accelerator_sim.py`` and
 the accelerator regression check the model against the RTL's cycle counters for every group.
 """
 

@@ -5,7 +5,7 @@ assignment and a dense run compared on the same inputs; plus planted mismatches 
 Every seed and every mode is its own test and its own simulator process, so pytest-xdist
 (``-n auto``) runs them side by side; the workers share one Verilator build (``tb.runner.build``).
 Each run records what it measured (``record_property("fastcar_run", ...)``), and
-``tb/accelerator/conftest.py`` prints one summary table at the end of the session and checks the
+``conftest.py`` prints one summary table at the end of the session and checks the
 modes against each other (:func:`compare_modes`).
 """
 
@@ -67,7 +67,7 @@ def groups_option(request):
 
 
 def summary(trace_dir, groups: str, rep: dict, mode: str, seed=None) -> str:
-    """What one run measured, as JSON for the session summary (tb/accelerator/conftest.py)."""
+    """What one run measured, as JSON for the session summary (conftest.py)."""
     m = rep["modes"][mode]
     return json.dumps({"trace": str(trace_dir), "groups": groups, "mode": mode, "seed": seed,
                        "stall": rep["stall"], "n_groups": len(rep["groups"]),

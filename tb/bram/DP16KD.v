@@ -1,4 +1,4 @@
-// Simulation model of the ECP5 DP16KD block RAM, for the subset of its settings that hw/bram.py
+// Simulation model of the ECP5 DP16KD block RAM, for the subset of its settings that hw/lib/bram.py
 // uses. Yosys's cells_sim.v only declares DP16KD as a black box, so the equivalence test of
 // tb/bram needs this. Written from the ECP5 memory usage guide (TN1264 / FPGA-TN-02204):
 // - each port registers AD, DI and WE at its clock edge when CE is high and the port is selected

@@ -1,5 +1,5 @@
 // Simulation model of the ECP5 MULT18X18D multiplier, for the subset of its settings that
-// hw/mult18.py uses: REG_INPUTA/B, REG_PIPELINE and REG_OUTPUT each either "NONE" or "CLK0"
+// hw/lib/mult18.py uses: REG_INPUTA/B, REG_PIPELINE and REG_OUTPUT each either "NONE" or "CLK0"
 // (clock enable CE0, synchronous reset RST0), SOURCEA/B = 0 (parallel inputs), SIGNEDA/B
 // selecting two's complement operands. Written from the ECP5 sysDSP user guide (FPGA-TN-02205):
 // P = A * B, registered at the input, pipeline and output stages that are enabled.

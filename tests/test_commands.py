@@ -1,0 +1,53 @@
+"""Every command of the project answers ``--help``: each module under ``sw/``, ``hw/`` and ``tb/``
+that runs as ``python -m``, and the script paths the docs name (``python sw/export_trace.py`` ...)."""
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _is_command(path: Path) -> bool:
+    """A module with an ``if __name__ == "__main__":`` block, or a package's ``__main__.py``."""
+    if path.name == "__main__.py":
+        return True
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Compare) \
+                and isinstance(node.test.left, ast.Name) and node.test.left.id == "__name__":
+            return True
+    return False
+
+
+def commands() -> list[str]:
+    mods = []
+    for top in ("sw", "hw", "tb"):
+        for p in sorted((REPO / top).rglob("*.py")):
+            if _is_command(p):
+                parts = p.relative_to(REPO).with_suffix("").parts
+                if parts[-1] == "__main__":
+                    parts = parts[:-1]
+                elif p.relative_to(REPO).as_posix() == "sw/export_trace.py":
+                    continue  # a script path, below
+                mods.append(".".join(parts))
+    return mods
+
+
+SCRIPTS = ["sw/export_trace.py", "sw/model/generate.py", "sw/model/train.py", "sw/evidence/sweep_tau.py"]
+
+
+def test_commands_found():
+    found = commands()
+    assert {"sw.trace", "sw.golden", "hw.flow.synth", "hw.flow.timing", "hw.board.run",
+            "tb.bench"} <= set(found)
+
+
+@pytest.mark.parametrize("target", [f"-m {m}" for m in commands()] + SCRIPTS)
+def test_help(target):
+    args = target.split(" ")
+    r = subprocess.run([sys.executable, *args, "--help"], cwd=REPO, capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0 and r.stdout.startswith("usage:"), f"python {target} --help:\n{r.stderr[-1500:]}"
