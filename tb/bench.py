@@ -300,7 +300,7 @@ def write(points, out: Path) -> None:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m tb.bench", description=__doc__.split("\n\n")[0])
     ap.add_argument("--taus", default=",".join(map(str, DEFAULT_TAUS)))
     ap.add_argument("--groups", default="first:8", help="'full' or 'first:N' (positions < N)")
     ap.add_argument("--full", action="store_true")

@@ -83,7 +83,7 @@ def table(results: dict) -> str:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m tb.simspeed", description=__doc__.split("\n\n")[0])
     ap.add_argument("--cycles", type=int, default=200_000, help="cycles of the raw-model run")
     ap.add_argument("--groups", default="first:8", help="trace groups of the testbench runs")
     ap.add_argument("--compare", action="store_true", help="also measure the two reference builds")

@@ -37,6 +37,10 @@ def commands() -> list[str]:
 
 
 SCRIPTS = ["sw/export_trace.py", "sw/model/generate.py", "sw/model/train.py", "sw/evidence/sweep_tau.py"]
+#: The modules behind those script paths: their usage line names the script.
+SCRIPT_MODULES = {"sw.trace.export", "sw.model.generate", "sw.model.train", "sw.evidence.sweep_tau"}
+#: Modules whose command is their package's (``python -m sw.trace``, ``python -m sw.golden``).
+PACKAGE_COMMANDS = {"sw.trace.store": "sw.trace", "sw.golden.calibrate": "sw.golden"}
 
 
 def test_commands_found():
@@ -51,3 +55,6 @@ def test_help(target):
     r = subprocess.run([sys.executable, *args, "--help"], cwd=REPO, capture_output=True, text=True,
                        timeout=300)
     assert r.returncode == 0 and r.stdout.startswith("usage:"), f"python {target} --help:\n{r.stderr[-1500:]}"
+    if args[0] == "-m" and args[1] not in SCRIPT_MODULES:
+        command = f"python -m {PACKAGE_COMMANDS.get(args[1], args[1])}"
+        assert r.stdout.startswith(f"usage: {command} "), f"usage without {command!r}: {r.stdout[:80]}"

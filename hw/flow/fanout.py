@@ -53,7 +53,7 @@ def high_fanout(netlist: dict, top: int = 15, module: str = "top") -> list[dict]
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m hw.flow.fanout", description=__doc__.split("\n\n")[0])
     ap.add_argument("netlist", help="Yosys JSON netlist (top.json in the synthesis build directory)")
     ap.add_argument("--top", type=int, default=15, help="how many nets to list")
     ap.add_argument("--module", default="top")

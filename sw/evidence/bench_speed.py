@@ -154,7 +154,8 @@ def plot(results, path: Path) -> None:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m sw.evidence.bench_speed",
+                                 description=__doc__.split("\n\n")[0])
     ap.add_argument("--config", choices=("shipped", "wide", "both"), default="both")
     ap.add_argument("--ratios", default="0.5,0.8,0.87", help="replay ratios (comma-separated)")
     ap.add_argument("--frames", type=int, default=3, help="frames per run (frame 0 is not timed)")

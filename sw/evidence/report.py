@@ -379,7 +379,7 @@ def main(argv=None) -> int:
     from sw.model import data
     from sw.model.checkpoint import DEFAULT_CHECKPOINT, load_checkpoint
 
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m sw.evidence.report", description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, default=Path("build/report"))
     ap.add_argument("--force", action="store_true", help="replace an existing output directory")
     ap.add_argument("--long", action="store_true", help="add the 64-frame drift study")

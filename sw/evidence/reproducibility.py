@@ -141,7 +141,8 @@ def compare(dumps: dict) -> dict:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m sw.evidence.reproducibility",
+                                 description=__doc__.split("\n\n")[0])
     ap.add_argument("--dump", type=Path, default=None, help="run one rollout here and save it (npz)")
     ap.add_argument("--dtype", choices=("float64", "float32"), default="float64")
     ap.add_argument("--threads", type=int, default=1)

@@ -337,7 +337,8 @@ def main(argv=None) -> int:
     from sw.model.checkpoint import DEFAULT_CHECKPOINT, load_checkpoint
     from sw.model.fastcar import FastCarConfig, SparseConfig
 
-    ap = argparse.ArgumentParser(description="The integer whole decode step against float.")
+    ap = argparse.ArgumentParser(prog="python -m sw.golden.step",
+                                 description="The integer whole decode step against float.")
     ap.add_argument("--prompts", type=int, default=24)
     ap.add_argument("--tau", type=float, default=None, help="FastCar threshold (default: dense)")
     ap.add_argument("--window", type=int, default=None, help="sparse attention window")

@@ -402,7 +402,8 @@ def preview_clips(seed: int = 0, frames: int = 8, size: int = 64) -> tuple[np.nd
 
 
 def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(description="Write a preview grid of dataset clips.")
+    ap = argparse.ArgumentParser(prog="python -m sw.model.data",
+                                 description="Write a preview grid of dataset clips.")
     ap.add_argument("--out", default="build/data_preview", help="output directory")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--frames", type=int, default=8)

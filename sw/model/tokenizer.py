@@ -281,7 +281,8 @@ class VQTokenizer:
 def main(argv=None) -> None:
     from sw.model import data
 
-    ap = argparse.ArgumentParser(description="Fit the VQ tokenizer on sw.model.data clips and report PSNR.")
+    ap = argparse.ArgumentParser(prog="python -m sw.model.tokenizer",
+                                 description="Fit the VQ tokenizer on sw.model.data clips and report PSNR.")
     ap.add_argument("--clips", type=int, default=2000, help="training clips to fit on")
     ap.add_argument("--k", type=int, default=DEFAULT_K)
     ap.add_argument("--seed", type=int, default=0)

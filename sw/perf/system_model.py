@@ -296,7 +296,7 @@ def plot(rows, out: Path) -> None:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m sw.perf.system_model", description=__doc__.split("\n\n")[0])
     ap.add_argument("--trace", type=Path, default=Path("golden/fastcar"), help="FastCar decode trace")
     ap.add_argument("--sa-trace", type=Path, default=None,
                     help="FastCar decode trace exported with sparse attention "
