@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.test_layout import modules
+
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -23,17 +25,9 @@ def _is_command(path: Path) -> bool:
 
 
 def commands() -> list[str]:
-    mods = []
-    for top in ("sw", "hw", "tb"):
-        for p in sorted((REPO / top).rglob("*.py")):
-            if _is_command(p):
-                parts = p.relative_to(REPO).with_suffix("").parts
-                if parts[-1] == "__main__":
-                    parts = parts[:-1]
-                elif p.relative_to(REPO).as_posix() == "sw/export_trace.py":
-                    continue  # a script path, below
-                mods.append(".".join(parts))
-    return mods
+    """The ``python -m`` name of every command module (a package's ``__main__`` runs as the package)."""
+    return sorted(name.removesuffix(".__main__") for name, path in modules().items()
+                  if name != "sw.export_trace" and _is_command(path))  # sw/export_trace.py: a script path
 
 
 SCRIPTS = ["sw/export_trace.py", "sw/model/generate.py", "sw/model/train.py", "sw/evidence/sweep_tau.py"]
