@@ -514,3 +514,88 @@ def test_float64_decoder_is_the_float32_one_in_more_bits():
     t32, _ = generate(m32, prompt, 2, seed=3, progress=False)
     t64, _ = generate(m64, prompt, 2, seed=3, progress=False)
     assert torch.equal(t32, t64)
+
+
+@pytest.mark.parametrize("tau", [0.0, 0.3, 0.8])
+def test_replay_aware_forward_equals_the_decode_step(tau):
+    """forward(replay_tau=) replays exactly as step() does under teacher forcing (same decisions,
+    same chained outputs), so replay-aware training trains the model that decoding runs."""
+    model = tiny_model(seed=3)
+    tokens = random_tokens(3, frames=4, seed=5)
+    recs = []
+    logits, state = teacher_forced(model, tokens, fastcar=FastCarConfig(tau=tau), recorder=recs.append)
+    assert 0 < state.stats().replay_ratio() < 0.75, "pick a tau where some tokens replay and some do not"
+    full = model(tokens, replay_tau=tau)
+    # logits[:, 0] follow the prompt; logits[:, j] follow frame token j - 1.
+    torch.testing.assert_close(full[:, PROMPT - 1:], logits, rtol=1e-4, atol=1e-4)
+    dense = model(tokens)
+    assert not torch.allclose(full, dense, atol=1e-3)
+
+
+def test_replay_aware_forward_carries_gradient_to_the_selected_outputs():
+    model = tiny_model(seed=3).train()
+    tokens = random_tokens(2, frames=3, seed=5)
+    model(tokens, replay_tau=-INF).sum().backward()
+    assert all(p.grad is not None for p in model.layers[0].mlp.parameters())
+
+
+def _reference_change_decisions(recs, tau, n_layers):
+    """Replay decisions of score="input" recomputed from the recorder: the relative L2 change of the
+    MLP input against the input of the last frame that computed (same layer, index and row)."""
+    ref = {}
+    for r in recs:
+        for b in range(r.x.shape[0]):
+            key = (r.layer, r.index, b)
+            if r.frame == 0:
+                assert not r.replay[b]
+                ref[key] = r.x[b].clone()
+                continue
+            d = float((r.x[b] - ref[key]).norm() / ref[key].norm())
+            assert bool(r.replay[b]) == (d <= tau), (key, r.frame, d)
+            assert float(r.tas[b]) == pytest.approx(d, rel=1e-5)
+            if not r.replay[b]:
+                ref[key] = r.x[b].clone()
+
+
+@pytest.mark.parametrize("tau", [1.0, 1.3])
+def test_input_change_score_replays_where_the_input_moved_least(tau):
+    model = tiny_model(seed=4)
+    tokens = random_tokens(3, frames=4, seed=2)
+    recs = []
+    _, state = teacher_forced(model, tokens, fastcar=FastCarConfig(tau=tau, score="input"),
+                              recorder=recs.append)
+    replay = state.stats().replay_ratio()
+    assert 0 < replay < 0.75
+    _reference_change_decisions([r for r in recs if r.frame is not None], tau, 2)
+
+
+@pytest.mark.parametrize("score", ["input", "oracle"])
+def test_change_scores_at_the_extremes(score):
+    model = tiny_model(seed=4)
+    tokens = random_tokens(2, frames=3, seed=2)
+    dense, _ = teacher_forced(model, tokens)
+    never, st = teacher_forced(model, tokens, fastcar=FastCarConfig(tau=-1.0, score=score))
+    assert st.stats().replay_ratio() == 0.0
+    torch.testing.assert_close(never, dense, rtol=0, atol=0)
+    _, st = teacher_forced(model, tokens, fastcar=FastCarConfig(tau=INF, score=score))
+    assert st.stats().replay_ratio() == pytest.approx((3 - 1) / 3)
+
+
+def test_oracle_score_is_the_change_of_the_mlp_output():
+    """The oracle's score is the relative change of the fresh MLP output against the cached one."""
+    model = tiny_model(seed=6)
+    tokens = random_tokens(2, frames=3, seed=3)
+    recs = []
+    teacher_forced(model, tokens, fastcar=FastCarConfig(tau=1.2, score="oracle"), recorder=recs.append)
+    cache = {}
+    seen = 0
+    for r in (r for r in recs if r.frame is not None):
+        fresh = model.layers[r.layer].mlp(r.x)
+        for b in range(r.x.shape[0]):
+            key = (r.layer, r.index, b)
+            if r.frame > 0:
+                d = float((fresh[b] - cache[key]).norm() / cache[key].norm())
+                assert bool(r.replay[b]) == (d <= 1.2) and float(r.tas[b]) == pytest.approx(d, rel=1e-4)
+                seen += bool(r.replay[b])
+            cache[key] = r.mlp_out[b].clone()
+    assert seen > 0

@@ -104,10 +104,11 @@ def calibrate_default(ckpt, *, dtype=torch.float64) -> tuple[IntegerPath, dict]:
 
 
 def calibration_prompts(n: int = 8, seed: int = 1234) -> list[str]:
-    """A fixed set of prompts for calibrating the integer path (none of the defaults)."""
+    """A fixed set of training-split prompts for calibrating the integer path (none of the defaults,
+    none held out)."""
     from sw.model import data
 
-    pool = [p for p in data.all_prompts() if p not in data.DEFAULT_PROMPTS]
+    pool = [p for p in data.train_prompts() if p not in data.DEFAULT_PROMPTS]
     rng = np.random.default_rng(seed)
     return [str(p) for p in rng.choice(pool, size=n, replace=False)]
 
@@ -247,8 +248,10 @@ def main(argv=None) -> int:
             return 1
         print(f"wrote {out}: {len(ip.layers)} layers, sha256 {int8.file_sha256(out)}")
         return 0
-    rng = np.random.default_rng(7)
-    prompts = [str(p) for p in rng.choice(data.all_prompts(), size=args.prompts, replace=False)]
+    held = data.heldout_prompts()
+    if not 1 <= args.prompts <= len(held):
+        ap.error(f"--prompts must be in [1, {len(held)}] (the compositional held-out prompts)")
+    prompts = held[:args.prompts]
 
     res = integer_vs_float(load_checkpoint(args.checkpoint), prompts, calibration=calibration_prompts())
     json.dump(res, sys.stdout, indent=1)

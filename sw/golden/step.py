@@ -346,8 +346,10 @@ def main(argv=None) -> int:
     ap.add_argument("--frames", type=int, default=8)
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
-    rng = np.random.default_rng(7)
-    prompts = [str(p) for p in rng.choice(data.all_prompts(), size=args.prompts, replace=False)]
+    held = data.heldout_prompts()
+    if not 1 <= args.prompts <= len(held):
+        ap.error(f"--prompts must be in [1, {len(held)}] (the compositional held-out prompts)")
+    prompts = held[:args.prompts]
     ckpt = load_checkpoint(DEFAULT_CHECKPOINT)
     ckpt.model.set_max_seq_len(max(ckpt.model.config.max_seq_len,
                                    ckpt.layout.prompt_len + args.frames * ckpt.layout.tokens_per_frame))

@@ -97,6 +97,30 @@ def all_prompts() -> list[str]:
     return [make_prompt(c, s, d) for c, s, d in itertools.product(COLOURS, SHAPES, DIRECTIONS)]
 
 
+#: Compositional held-out split: the (colour, shape, direction) triples whose indices into
+#: :data:`COLOURS`, :data:`SHAPES` and :data:`DIRECTIONS` sum to 2 modulo 4. That is 24 of the 96
+#: prompts, one direction of every (colour, shape) pair, so every word and every pair of words
+#: is still seen in training but these 24 combinations never are. The default prompts are all
+#: in the training split.
+HELDOUT_RESIDUE = 2
+
+
+def is_heldout(prompt: str) -> bool:
+    """True for a prompt of the compositional held-out split (never seen in training)."""
+    c, s, d = parse_prompt(prompt)
+    return (list(COLOURS).index(c) + SHAPES.index(s) + list(DIRECTIONS).index(d)) % 4 == HELDOUT_RESIDUE
+
+
+def heldout_prompts() -> list[str]:
+    """The 24 prompts of the compositional held-out split, in :func:`all_prompts` order."""
+    return [p for p in all_prompts() if is_heldout(p)]
+
+
+def train_prompts() -> list[str]:
+    """The 72 prompts the shipped model is trained on, in :func:`all_prompts` order."""
+    return [p for p in all_prompts() if not is_heldout(p)]
+
+
 def encode_prompt(prompt: str) -> list[int]:
     """Word ids of ``prompt``, right-padded with ``<pad>`` (id 0) to :data:`PROMPT_LEN`.
 
@@ -245,19 +269,28 @@ def make_clip(rng: np.random.Generator, frames: int = 8, size: int = 64, *, prom
 
 
 def make_dataset(n: int, seed: int = 0, frames: int = 8, size: int = 64,
-                 progress: bool = True) -> tuple[np.ndarray, list[str]]:
+                 progress: bool = True, prompts: list[str] | None = None) -> tuple[np.ndarray, list[str]]:
     """``n`` clips and prompts: (uint8 [n, frames, size, size, 3], list of n prompts).
 
     Clip ``i`` depends only on ``(seed, i)``, so a smaller dataset is a prefix of a larger one with
-    the same seed. Use different seeds for training and held-out data.
+    the same seed. Use different seeds for training and held-out data. ``prompts`` restricts the
+    content to those prompts (each clip draws one uniformly), e.g. :func:`train_prompts`.
     """
     from tqdm import tqdm
 
+    if prompts is not None:
+        if not prompts:
+            raise ValueError("make_dataset: the prompt list is empty")
+        for p in prompts:
+            parse_prompt(p)
     videos = np.empty((n, frames, size, size, 3), np.uint8)
-    prompts: list[str] = []
+    out: list[str] = []
     for i in tqdm(range(n), desc="clips", disable=not progress, leave=False):
-        videos[i], p = make_clip(np.random.default_rng([seed, i]), frames=frames, size=size)
-        prompts.append(p)
+        rng = np.random.default_rng([seed, i])
+        forced = None if prompts is None else prompts[int(rng.integers(len(prompts)))]
+        videos[i], p = make_clip(rng, frames=frames, size=size, prompt=forced)
+        out.append(p)
+    prompts = out
     return videos, prompts
 
 

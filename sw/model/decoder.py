@@ -38,6 +38,7 @@ from tqdm import tqdm
 from sw.config import ConfigError
 from sw.golden import quant
 from sw.model.fastcar import (
+    DISTANCE_SCORES,
     DecodeStats,
     FastCarConfig,
     SparseConfig,
@@ -365,6 +366,9 @@ class DecodeState:
         float [L, N, B, d_model]: for layer ``l``, in-frame index ``i`` and batch row ``b``, the MLP
         output (before the residual add) that was *used* for ``(t - 1, i)`` — fresh or replayed —
         and, after the step of ``(t, i)``, the one used for ``(t, i)``. Only with FastCar.
+    input_ref : torch.Tensor or None
+        float [L, N, B, d_model]: the MLP input that produced each cached output (only with
+        ``score="input"``).
     chain : torch.Tensor or None
         int32 [L, N, B]: consecutive replays of each token (only with ``max_chain``).
     mlp_calls, mlp_rows, step_rows : list of int
@@ -388,10 +392,13 @@ class DecodeState:
         self.recorder = recorder
         self.taus = fastcar.layer_taus(n_layers) if fastcar is not None else None
         self.replay_cache = None
+        self.input_ref = None
         self.chain = None
         if fastcar is not None:
             self.replay_cache = torch.zeros(n_layers, n, batch_size, config.d_model, dtype=dtype,
                                             device=device)
+            if fastcar.score == "input":
+                self.input_ref = torch.zeros_like(self.replay_cache)
             if fastcar.max_chain is not None:
                 self.chain = torch.zeros(n_layers, n, batch_size, dtype=torch.int32, device=device)
         self.mlp_calls = [0] * n_layers
@@ -553,9 +560,22 @@ class Decoder(nn.Module):
         if tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= self.config.vocab_size):
             raise ValueError(f"{what} has ids outside [0, {self.config.vocab_size})")
 
+    def _change(self, layer: int, state: DecodeState, index: int, m_in: torch.Tensor) -> torch.Tensor:
+        """[B] relative L2 change of a distance score (:data:`sw.model.fastcar.DISTANCE_SCORES`).
+
+        ``"input"``: the MLP input ``m_in`` against the input that produced the cached output;
+        ``"oracle"``: the fresh MLP output against the cached output.
+        """
+        if state.fastcar.score == "input":
+            new, old = m_in, state.input_ref[layer, index]
+        else:
+            new, old = self._mlp(layer, m_in), state.replay_cache[layer, index]
+        return (new - old).norm(dim=-1) / old.norm(dim=-1).clamp_min(torch.finfo(old.dtype).tiny)
+
     # -- full sequence -------------------------------------------------------------------------
 
-    def forward(self, tokens: torch.Tensor, attn_mask: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(self, tokens: torch.Tensor, attn_mask: torch.Tensor | None = None, *,
+                replay_tau: float | None = None) -> torch.Tensor:
         """Causal forward pass over whole sequences.
 
         Parameters
@@ -565,6 +585,11 @@ class Decoder(nn.Module):
         attn_mask : torch.Tensor or None
             Optional bool [T, T] mask (``True`` = may attend), e.g. from
             :func:`sw.model.fastcar.sparse_attention_mask`; ``None`` is plain causal attention.
+        replay_tau : float or None
+            Replay-aware training: FastCar's rule applied in the teacher-forced pass, as
+            :meth:`step` applies it (``score="logit"``, replay where ``tas >= replay_tau``, frame 0
+            computes, the replayed output is the one used one frame earlier, so replay chains).
+            The decisions carry no gradient; the outputs they select do. ``None``: dense.
 
         Returns
         -------
@@ -587,8 +612,35 @@ class Decoder(nn.Module):
             a = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=attn_mask is None,
                                                enable_gqa=attn.n_kv_heads != attn.n_heads)
             x = x + attn.o_proj(a.transpose(1, 2).reshape(b, t, -1))
-            x = x + self._mlp(index, layer.post_attention_layernorm(x))
+            y = self._mlp(index, layer.post_attention_layernorm(x))
+            if replay_tau is not None:
+                y = self._replay_teacher_forced(y, q, k, replay_tau)
+            x = x + y
         return self.lm_head(self.norm(x))
+
+    def _replay_teacher_forced(self, y: torch.Tensor, q: torch.Tensor, k: torch.Tensor, tau: float,
+                               ) -> torch.Tensor:
+        """MLP outputs ``y`` [B, T, d] with FastCar replay applied frame by frame (see :meth:`forward`).
+
+        ``q``, ``k``: [B, H, T, dh] after RoPE. The score of token ``(f, i)`` is
+        :func:`~sw.model.fastcar.temporal_attention_score` of its query and the key of ``(f - 1, i)``.
+        """
+        cfg = self.config
+        fs, n = cfg.prompt_len, cfg.tokens_per_frame
+        frames = (y.shape[1] - fs) // n
+        if frames < 2:
+            return y
+        if self.config.n_kv_heads != self.config.n_heads:
+            k = k.repeat_interleave(self.config.n_heads // self.config.n_kv_heads, dim=1)
+        end = fs + frames * n
+        used = [y[:, fs:fs + n]]
+        for f in range(1, frames):
+            p0 = fs + f * n
+            qf = q[:, :, p0:p0 + n].transpose(1, 2)          # [B, N, H, dh]
+            kf = k[:, :, p0 - n:p0].transpose(1, 2)
+            score = temporal_attention_score(qf.detach(), kf.detach())  # [B, N]
+            used.append(torch.where((score >= tau)[..., None], used[-1], y[:, p0:p0 + n]))
+        return torch.cat([y[:, :fs], *used, y[:, end:]], dim=1)
 
     # -- incremental decode --------------------------------------------------------------------
 
@@ -722,6 +774,7 @@ class Decoder(nn.Module):
         else:
             frame, index = divmod(p - state.frame_start, n)
         has_prev = frame is not None and frame >= 1
+        distance = fc is not None and fc.score in DISTANCE_SCORES
         want_scores = has_prev and (fc is not None or recorder is not None)
         use_reference = fc is not None and fc.score == "reference"
         replaying = fc is not None and has_prev
@@ -767,7 +820,10 @@ class Decoder(nn.Module):
             replay = None
             if replaying:
                 tau = state.taus[li]
-                if self._replay_rule is None:
+                if distance:
+                    tas = self._change(li, state, index, m_in)
+                    want = tas < tau if fc.strict else tas <= tau
+                elif self._replay_rule is None:
                     want = tas > tau if fc.strict else tas >= tau
                 else:
                     want = torch.as_tensor(self._replay_rule(li, q_score, k_prev, tau, fc.strict),
@@ -791,12 +847,18 @@ class Decoder(nn.Module):
                 slot = state.replay_cache[li, index]  # [B, d], output used for (t - 1, i)
                 keep = None if replay is None else (~replay).nonzero().squeeze(1)
                 n_keep = b if keep is None else keep.numel()
+                ref = None if state.input_ref is None else state.input_ref[li, index]
                 if n_keep == b:
                     y = self._mlp(li, m_in)
                     slot.copy_(y)
+                    if ref is not None:
+                        ref.copy_(m_in)
                 else:
                     if n_keep:
-                        slot.index_copy_(0, keep, self._mlp(li, m_in.index_select(0, keep)))
+                        kept = m_in.index_select(0, keep)
+                        slot.index_copy_(0, keep, self._mlp(li, kept))
+                        if ref is not None:
+                            ref.index_copy_(0, keep, kept)
                     y = slot
             x = x + y
             state.mlp_calls[li] += int(n_keep > 0)

@@ -39,7 +39,15 @@ from dataclasses import dataclass
 
 import torch
 
-SCORES = ("logit", "reference")
+SCORES = ("logit", "reference", "input", "oracle")
+#: Scores that measure a change (replay where the score is *at most* tau) rather than a similarity.
+DISTANCE_SCORES = ("input", "oracle")
+
+
+#: The default operating point: the TAS threshold of every layer that the shipped model runs at. It is
+#: chosen by quality (``python -m sw.evidence.frontier``): the largest replay whose prompt following
+#: stays within 5 points of dense on the training prompts, confirmed on the held-out prompts.
+DEFAULT_TAU = -1.5
 
 
 class FastCarConfigError(ValueError):
@@ -61,9 +69,14 @@ class FastCarConfig:
         replays (dense), ``-inf`` replays every token after frame 0.
     strict : bool
         ``False``: replay when ``s >= tau``; ``True``: replay when ``s > tau`` (the reference code).
-    score : {"logit", "reference"}
-        Which query enters the TAS: after RoPE (``"logit"``, the real attention logit) or before
-        RoPE (``"reference"``, as the authors' code). The key is always the cached key after RoPE.
+    score : {"logit", "reference", "input", "oracle"}
+        What the replay decision looks at. ``"logit"`` and ``"reference"`` are the TAS (replay
+        where ``s >= tau``): the query after RoPE (the real attention logit) or before RoPE (as the
+        authors' code); the key is always the cached key after RoPE. The other two measure a
+        relative L2 change and replay where it is *at most* tau (``< tau`` when strict):
+        ``"input"``, of the MLP's input against the input that produced the cached output;
+        ``"oracle"``, of the MLP's fresh output against the cached one (hindsight: it computes
+        the MLP to decide, so it saves nothing; it bounds what a rule could reach).
     refresh_every : int or None
         Drift guard: frames ``t`` with ``t % refresh_every == 0`` are computed fully.
     max_chain : int or None
@@ -241,7 +254,8 @@ class StepRecord:
         [B, H, dh] cached key (after RoPE) at ``pos - N``, expanded to the query heads;
         ``None`` in frame 0 and the prompt.
     tas : torch.Tensor or None
-        [B] temporal attention scores; ``None`` in frame 0 and the prompt.
+        [B] temporal attention scores (the relative change for the distance scores);
+        ``None`` in frame 0 and the prompt.
     replay : torch.Tensor
         [B] bool, ``True`` where the MLP was skipped and the cached output was used.
     mlp_out : torch.Tensor
@@ -273,8 +287,9 @@ class DecodeStats:
     forced : torch.Tensor
         bool [L, F, N, B]: the score asked for replay but the drift guard forced computation.
     tas : torch.Tensor
-        float32 [L, F, N, B] temporal attention scores (NaN in frame 0, where none is computed,
-        and when FastCar is off and no recorder asked for scores).
+        float32 [L, F, N, B] temporal attention scores, or the relative change of a distance
+        score (NaN in frame 0, where none is computed, and when FastCar is off and no recorder
+        asked for scores).
     filled : torch.Tensor
         bool [F, N]: positions that went through a decode step.
     mlp_calls : list of int

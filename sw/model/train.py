@@ -61,9 +61,10 @@ def drop_prompts(batch: torch.Tensor, layout: TokenLayout, p: float, gen: torch.
     return batch
 
 
-def loss_on_frames(model: Decoder, batch: torch.Tensor, prompt_len: int) -> torch.Tensor:
-    """Next-token cross-entropy on the frame tokens only."""
-    logits = model(batch[:, :-1])
+def loss_on_frames(model: Decoder, batch: torch.Tensor, prompt_len: int, *,
+                   replay_tau: float | None = None) -> torch.Tensor:
+    """Next-token cross-entropy on the frame tokens only (with FastCar replay at ``replay_tau``)."""
+    logits = model(batch[:, :-1], replay_tau=replay_tau)
     targets = batch[:, 1:]
     start = prompt_len - 1
     return F.cross_entropy(logits[:, start:].reshape(-1, logits.shape[-1]), targets[:, start:].reshape(-1))
@@ -95,8 +96,24 @@ def prompt_following(model: Decoder, tok: VQTokenizer, layout: TokenLayout, prom
     return ok / len(prompts), videos
 
 
+def replay_tau_at(step: int, rng: np.random.Generator, replay: dict | None) -> float | None:
+    """The replay threshold of one training step (``None``: dense).
+
+    Replay-aware training (``replay`` = ``{"tau": [lo, hi], "start": step, "dense": p}``): from
+    step ``start`` on, a step is dense with probability ``p`` and otherwise replays at a tau drawn
+    uniformly from ``[lo, hi]``, so the model learns to carry motion through attention when the
+    MLP output of a token is the previous frame's, over a range of replay ratios.
+    """
+    if replay is None or step < replay["start"]:
+        return None
+    draw = rng.random()
+    lo, hi = replay["tau"]
+    tau = float(rng.uniform(lo, hi))
+    return None if draw < replay["dense"] else tau
+
+
 def train(out: Path, *, steps: int, clips: int, batch: int, lr: float, seed: int, p_uncond: float,
-          threads: int, force: bool, eval_prompts: int) -> dict:
+          threads: int, force: bool, eval_prompts: int | None = None, replay: dict | None = None) -> dict:
     out = Path(out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())) and not force:
         raise OutputExistsError(f"{out}: already exists and is not empty; pass --force to overwrite")
@@ -104,7 +121,7 @@ def train(out: Path, *, steps: int, clips: int, batch: int, lr: float, seed: int
     torch.manual_seed(seed)
     t0 = time.monotonic()
 
-    frames, prompts = data.make_dataset(clips, seed=seed, frames=8, size=64)
+    frames, prompts = data.make_dataset(clips, seed=seed, frames=8, size=64, prompts=data.train_prompts())
     tok = VQTokenizer.fit(frames[: min(clips, 2000)], seed=seed)
     tokens = tok.encode(frames)
     del frames
@@ -118,6 +135,7 @@ def train(out: Path, *, steps: int, clips: int, batch: int, lr: float, seed: int
     model = Decoder(cfg)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.01)
     gen = torch.Generator().manual_seed(seed)
+    replay_rng = np.random.default_rng([seed, 1])
     losses = []
     bar = tqdm(range(steps), desc="train", unit="step", dynamic_ncols=True)
     t1 = time.monotonic()
@@ -126,7 +144,7 @@ def train(out: Path, *, steps: int, clips: int, batch: int, lr: float, seed: int
         b = drop_prompts(seqs[idx], layout, p_uncond, gen)
         for group in opt.param_groups:
             group["lr"] = lr_at(step, steps, lr, warmup=max(1, steps // 20))
-        loss = loss_on_frames(model, b, layout.prompt_len)
+        loss = loss_on_frames(model, b, layout.prompt_len, replay_tau=replay_tau_at(step, replay_rng, replay))
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -137,19 +155,18 @@ def train(out: Path, *, steps: int, clips: int, batch: int, lr: float, seed: int
     t_train = time.monotonic() - t1
 
     model.eval()
-    rng = np.random.default_rng(seed + 1)
-    eval_set = [str(p) for p in rng.choice(data.all_prompts(), size=eval_prompts, replace=False)]
+    eval_set = data.heldout_prompts()[:eval_prompts]
     with torch.no_grad():
-        acc_cfg, _ = prompt_following(model, tok, layout, eval_set, seed=seed, cfg_scale=3.0)
-        acc_plain, _ = prompt_following(model, tok, layout, eval_set, seed=seed, cfg_scale=None)
+        acc_cfg, _ = prompt_following(model, tok, layout, eval_set, seed=seed, cfg_scale=1.5)
 
     info = {
         "seed": seed, "steps": steps, "clips": clips, "batch": batch, "lr": lr, "p_uncond": p_uncond,
         "threads": threads, "torch": torch.__version__,
+        "train_prompts": len(data.train_prompts()), "replay_aware": replay,
         "seconds_data_and_tokenizer": round(t_data, 1), "seconds_train": round(t_train, 1),
         "seconds_total": round(time.monotonic() - t0, 1),
         "final_loss": float(np.mean(losses[-50:])),
-        "prompt_following": {"prompts": eval_set, "cfg_3": acc_cfg, "no_cfg": acc_plain},
+        "prompt_following": {"split": "compositional held-out", "prompts": eval_set, "cfg_1.5": acc_cfg},
         "losses": [round(x, 5) for x in losses],
     }
     save_checkpoint(out, model, tok, layout, info, force=force)
@@ -200,27 +217,44 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT,
                     help="checkpoint directory (default: %(default)s)")
-    ap.add_argument("--steps", type=int, default=1200, help="optimiser steps (default: %(default)s)")
+    ap.add_argument("--steps", type=int, default=3000, help="optimiser steps (default: %(default)s)")
     ap.add_argument("--clips", type=int, default=6000, help="training clips (default: %(default)s)")
-    ap.add_argument("--batch", type=int, default=12, help="clips per step (default: %(default)s)")
+    ap.add_argument("--batch", type=int, default=16, help="clips per step (default: %(default)s)")
     ap.add_argument("--lr", type=float, default=3e-3, help="peak learning rate (default: %(default)s)")
     ap.add_argument("--p-uncond", type=float, default=0.1,
                     help="prompt dropout for CFG (default: %(default)s)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=2, help="torch threads (default: %(default)s)")
-    ap.add_argument("--eval-prompts", type=int, default=24, help="prompts for the prompt-following check")
+    ap.add_argument("--eval-prompts", type=int, default=24,
+                    help="held-out prompts for the prompt-following check (default: all %(default)s)")
+    ap.add_argument("--replay-tau", default="-2.5,0.5",
+                    help="replay-aware training: range of the TAS threshold drawn per step "
+                         "(default: %(default)s; 'off' trains dense)")
+    ap.add_argument("--replay-start", type=float, default=0.5,
+                    help="replay-aware training starts at this fraction of the steps (default: %(default)s)")
+    ap.add_argument("--replay-dense", type=float, default=0.25,
+                    help="fraction of replay-aware steps that stay dense (default: %(default)s)")
     ap.add_argument("--force", action="store_true", help="overwrite an existing checkpoint directory")
     args = ap.parse_args(argv)
+    replay = None
+    if args.replay_tau != "off":
+        try:
+            lo, hi = (float(v) for v in args.replay_tau.split(","))
+        except ValueError:
+            ap.error(f"--replay-tau: expected 'LO,HI' or 'off', not {args.replay_tau!r}")
+        if not (lo <= hi and 0 <= args.replay_start <= 1 and 0 <= args.replay_dense <= 1):
+            ap.error("--replay-tau needs LO <= HI; --replay-start and --replay-dense are fractions in [0, 1]")
+        replay = {"tau": [lo, hi], "start": int(args.replay_start * args.steps), "dense": args.replay_dense}
     try:
         info = train(args.out, steps=args.steps, clips=args.clips, batch=args.batch, lr=args.lr,
                      seed=args.seed, p_uncond=args.p_uncond, threads=args.threads, force=args.force,
-                     eval_prompts=args.eval_prompts)
+                     eval_prompts=args.eval_prompts, replay=replay)
     except (FileExistsError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     pf = info["prompt_following"]
     print(f"wrote {args.out}: loss {info['final_loss']:.4f}, {info['seconds_total']:.0f} s; "
-          f"prompt following {pf['cfg_3']:.0%} with CFG 3, {pf['no_cfg']:.0%} without")
+          f"prompt following {pf['cfg_1.5']:.0%} on the held-out prompts (CFG 1.5, dense)")
     return 0
 
 

@@ -40,13 +40,12 @@ import numpy as np
 from sw.config import DEFAULT_TILE, ConfigError, TileConfig
 from sw.golden import quant
 from sw.golden.calibrate import integer_constants
+from sw.model.fastcar import DEFAULT_TAU
 from sw.trace.store import TraceError, write_gemm_trace
 
 #: Default batch: two prompts, each with its conditional and unconditional (CFG) row.
 DEFAULT_EXPORT_PROMPTS = 2
 DEFAULT_CFG = 1.5
-#: The default threshold; see docs/fastcar.md ("The default tau is -1.5").
-DEFAULT_TAU = -1.5
 
 
 def quantize_linear(weight: np.ndarray, x: np.ndarray, y_float: np.ndarray):
