@@ -599,3 +599,16 @@ def test_oracle_score_is_the_change_of_the_mlp_output():
                 seen += bool(r.replay[b])
             cache[key] = r.mlp_out[b].clone()
     assert seen > 0
+
+
+def test_replay_fraction_in_training():
+    """replay_fraction=1 replays every token after frame 0, 0 is dense; both thresholds at once are refused."""
+    model = tiny_model(seed=3)
+    tokens = random_tokens(2, frames=3, seed=5)
+    torch.testing.assert_close(model(tokens, replay_fraction=1.0), model(tokens, replay_tau=-INF))
+    torch.testing.assert_close(model(tokens, replay_fraction=0.0), model(tokens))
+    assert not torch.allclose(model(tokens, replay_fraction=0.5), model(tokens), atol=1e-4)
+    with pytest.raises(ValueError, match="not both"):
+        model(tokens, replay_tau=0.0, replay_fraction=0.5)
+    with pytest.raises(ValueError, match=r"\[0, 1\]"):
+        model(tokens, replay_fraction=1.5)

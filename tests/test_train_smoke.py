@@ -22,6 +22,20 @@ def test_train_smoke(tmp_path):
     assert ck.model.config.spatial_embedding
     r = subprocess.run(args, cwd=REPO, capture_output=True, text=True)
     assert r.returncode == 1 and "already exists and is not empty; pass --force" in r.stderr
+    # Replay-aware fine-tuning from that checkpoint: same tokenizer, the replay settings recorded.
+    tuned = tmp_path / "tuned"
+    r = subprocess.run([*args[:3], str(tuned), *args[4:], "--init", str(out), "--replay-fraction", "0.5,1"],
+                       cwd=REPO, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-2000:]
+    info = json.loads((tuned / "train.json").read_text())
+    assert info["replay_aware"] == {"fraction": [0.5, 1.0], "dense": 0.25} and info["init"]["checkpoint"] == "ck"
+    import numpy as np
+
+    np.testing.assert_array_equal(np.asarray(load_checkpoint(tuned).tokenizer.codebook),
+                                  np.asarray(ck.tokenizer.codebook))
+    r = subprocess.run([*args[:3], str(tmp_path / "bad"), *args[4:], "--replay-fraction", "0.9,0.5"],
+                       cwd=REPO, capture_output=True, text=True)
+    assert r.returncode == 2 and "--replay-fraction needs" in r.stderr and not (tmp_path / "bad").exists()
 
 
 def test_generate_cli_integer(tmp_path):

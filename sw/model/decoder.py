@@ -575,7 +575,7 @@ class Decoder(nn.Module):
     # -- full sequence -------------------------------------------------------------------------
 
     def forward(self, tokens: torch.Tensor, attn_mask: torch.Tensor | None = None, *,
-                replay_tau: float | None = None) -> torch.Tensor:
+                replay_tau: float | None = None, replay_fraction: float | None = None) -> torch.Tensor:
         """Causal forward pass over whole sequences.
 
         Parameters
@@ -590,6 +590,11 @@ class Decoder(nn.Module):
             :meth:`step` applies it (``score="logit"``, replay where ``tas >= replay_tau``, frame 0
             computes, the replayed output is the one used one frame earlier, so replay chains).
             The decisions carry no gradient; the outputs they select do. ``None``: dense.
+        replay_fraction : float or None
+            Instead of ``replay_tau``: in every layer, replay the fraction ``replay_fraction`` of
+            the tokens after frame 0 with the highest TAS in this batch (the threshold is that
+            quantile of the layer's scores). Training at a replay ratio rather than a threshold
+            keeps the ratio where it is meant to be while the scores move.
 
         Returns
         -------
@@ -597,6 +602,10 @@ class Decoder(nn.Module):
             float [B, T, vocab_size] logits.
         """
         self._check_tokens(tokens, "tokens")
+        if replay_tau is not None and replay_fraction is not None:
+            raise ValueError("forward: give replay_tau or replay_fraction, not both")
+        if replay_fraction is not None and not 0.0 <= replay_fraction <= 1.0:
+            raise ValueError(f"forward: replay_fraction must be in [0, 1], not {replay_fraction!r}")
         b, t = tokens.shape
         if t > self.config.max_seq_len:
             raise ValueError(f"sequence of {t} tokens exceeds max_seq_len={self.config.max_seq_len}")
@@ -613,13 +622,13 @@ class Decoder(nn.Module):
                                                enable_gqa=attn.n_kv_heads != attn.n_heads)
             x = x + attn.o_proj(a.transpose(1, 2).reshape(b, t, -1))
             y = self._mlp(index, layer.post_attention_layernorm(x))
-            if replay_tau is not None:
-                y = self._replay_teacher_forced(y, q, k, replay_tau)
+            if replay_tau is not None or replay_fraction is not None:
+                y = self._replay_teacher_forced(y, q, k, replay_tau, replay_fraction)
             x = x + y
         return self.lm_head(self.norm(x))
 
-    def _replay_teacher_forced(self, y: torch.Tensor, q: torch.Tensor, k: torch.Tensor, tau: float,
-                               ) -> torch.Tensor:
+    def _replay_teacher_forced(self, y: torch.Tensor, q: torch.Tensor, k: torch.Tensor, tau: float | None,
+                               fraction: float | None) -> torch.Tensor:
         """MLP outputs ``y`` [B, T, d] with FastCar replay applied frame by frame (see :meth:`forward`).
 
         ``q``, ``k``: [B, H, T, dh] after RoPE. The score of token ``(f, i)`` is
@@ -630,16 +639,18 @@ class Decoder(nn.Module):
         frames = (y.shape[1] - fs) // n
         if frames < 2:
             return y
-        if self.config.n_kv_heads != self.config.n_heads:
-            k = k.repeat_interleave(self.config.n_heads // self.config.n_kv_heads, dim=1)
+        if cfg.n_kv_heads != cfg.n_heads:
+            k = k.repeat_interleave(cfg.n_heads // cfg.n_kv_heads, dim=1)
         end = fs + frames * n
+        qf = q[:, :, fs + n:end].detach().transpose(1, 2)      # [B, (F-1) N, H, dh]
+        kf = k[:, :, fs:end - n].detach().transpose(1, 2)      # the same positions one frame earlier
+        score = temporal_attention_score(qf, kf).view(y.shape[0], frames - 1, n)
+        if fraction is not None:
+            tau = math.inf if fraction == 0 else float(torch.quantile(score.float().flatten(), 1 - fraction))
         used = [y[:, fs:fs + n]]
         for f in range(1, frames):
             p0 = fs + f * n
-            qf = q[:, :, p0:p0 + n].transpose(1, 2)          # [B, N, H, dh]
-            kf = k[:, :, p0 - n:p0].transpose(1, 2)
-            score = temporal_attention_score(qf.detach(), kf.detach())  # [B, N]
-            used.append(torch.where((score >= tau)[..., None], used[-1], y[:, p0:p0 + n]))
+            used.append(torch.where((score[:, f - 1] >= tau)[..., None], used[-1], y[:, p0:p0 + n]))
         return torch.cat([y[:, :fs], *used, y[:, end:]], dim=1)
 
     # -- incremental decode --------------------------------------------------------------------

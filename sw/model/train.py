@@ -62,9 +62,10 @@ def drop_prompts(batch: torch.Tensor, layout: TokenLayout, p: float, gen: torch.
 
 
 def loss_on_frames(model: Decoder, batch: torch.Tensor, prompt_len: int, *,
-                   replay_tau: float | None = None) -> torch.Tensor:
-    """Next-token cross-entropy on the frame tokens only (with FastCar replay at ``replay_tau``)."""
-    logits = model(batch[:, :-1], replay_tau=replay_tau)
+                   replay_fraction: float | None = None) -> torch.Tensor:
+    """Next-token cross-entropy on the frame tokens only (with FastCar replaying ``replay_fraction``
+    of the tokens after frame 0 in every layer; see :meth:`sw.model.decoder.Decoder.forward`)."""
+    logits = model(batch[:, :-1], replay_fraction=replay_fraction)
     targets = batch[:, 1:]
     start = prompt_len - 1
     return F.cross_entropy(logits[:, start:].reshape(-1, logits.shape[-1]), targets[:, start:].reshape(-1))
@@ -96,24 +97,26 @@ def prompt_following(model: Decoder, tok: VQTokenizer, layout: TokenLayout, prom
     return ok / len(prompts), videos
 
 
-def replay_tau_at(step: int, rng: np.random.Generator, replay: dict | None) -> float | None:
-    """The replay threshold of one training step (``None``: dense).
+def replay_fraction_at(rng: np.random.Generator, replay: dict | None) -> float | None:
+    """The replay fraction of one training step (``None``: dense).
 
-    Replay-aware training (``replay`` = ``{"tau": [lo, hi], "start": step, "dense": p}``): from
-    step ``start`` on, a step is dense with probability ``p`` and otherwise replays at a tau drawn
-    uniformly from ``[lo, hi]``, so the model learns to carry motion through attention when the
-    MLP output of a token is the previous frame's, over a range of replay ratios.
+    Replay-aware training (``replay`` = ``{"fraction": [lo, hi], "dense": p}``): a step is dense
+    with probability ``p``; otherwise every layer replays a fraction drawn uniformly from
+    ``[lo, hi]`` of the tokens after frame 0, those with the highest TAS, chained as in decode. The
+    model learns to carry motion through attention where a token's MLP output is the previous
+    frame's, over the range of replay ratios it will run at.
     """
-    if replay is None or step < replay["start"]:
+    if replay is None:
         return None
     draw = rng.random()
-    lo, hi = replay["tau"]
-    tau = float(rng.uniform(lo, hi))
-    return None if draw < replay["dense"] else tau
+    lo, hi = replay["fraction"]
+    fraction = float(rng.uniform(lo, hi))
+    return None if draw < replay["dense"] else fraction
 
 
 def train(out: Path, *, steps: int, clips: int, batch: int, lr: float, seed: int, p_uncond: float,
-          threads: int, force: bool, eval_prompts: int | None = None, replay: dict | None = None) -> dict:
+          threads: int, force: bool, eval_prompts: int | None = None, replay: dict | None = None,
+          init: Path | None = None) -> dict:
     out = Path(out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())) and not force:
         raise OutputExistsError(f"{out}: already exists and is not empty; pass --force to overwrite")
@@ -121,8 +124,13 @@ def train(out: Path, *, steps: int, clips: int, batch: int, lr: float, seed: int
     torch.manual_seed(seed)
     t0 = time.monotonic()
 
+    base = None
+    if init is not None:
+        from sw.model.checkpoint import load_checkpoint
+
+        base = load_checkpoint(init)
     frames, prompts = data.make_dataset(clips, seed=seed, frames=8, size=64, prompts=data.train_prompts())
-    tok = VQTokenizer.fit(frames[: min(clips, 2000)], seed=seed)
+    tok = VQTokenizer.fit(frames[: min(clips, 2000)], seed=seed) if base is None else base.tokenizer
     tokens = tok.encode(frames)
     del frames
     layout = TokenLayout(codebook_size=tok.vocab_size, tokens_per_frame=tok.tokens_per_frame)
@@ -133,6 +141,10 @@ def train(out: Path, *, steps: int, clips: int, batch: int, lr: float, seed: int
                       prompt_len=layout.prompt_len, codebook_size=layout.codebook_size,
                       image_token_offset=0, spatial_embedding=True, **MODEL_DEFAULTS)
     model = Decoder(cfg)
+    if base is not None:
+        if base.model.config != cfg:
+            raise ValueError(f"--init {init}: its model config differs from the one trained here")
+        model.load_state_dict(base.model.state_dict())
     opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.01)
     gen = torch.Generator().manual_seed(seed)
     replay_rng = np.random.default_rng([seed, 1])
@@ -144,7 +156,8 @@ def train(out: Path, *, steps: int, clips: int, batch: int, lr: float, seed: int
         b = drop_prompts(seqs[idx], layout, p_uncond, gen)
         for group in opt.param_groups:
             group["lr"] = lr_at(step, steps, lr, warmup=max(1, steps // 20))
-        loss = loss_on_frames(model, b, layout.prompt_len, replay_tau=replay_tau_at(step, replay_rng, replay))
+        loss = loss_on_frames(model, b, layout.prompt_len,
+                              replay_fraction=replay_fraction_at(replay_rng, replay))
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -163,6 +176,8 @@ def train(out: Path, *, steps: int, clips: int, batch: int, lr: float, seed: int
         "seed": seed, "steps": steps, "clips": clips, "batch": batch, "lr": lr, "p_uncond": p_uncond,
         "threads": threads, "torch": torch.__version__,
         "train_prompts": len(data.train_prompts()), "replay_aware": replay,
+        "init": None if init is None else {"checkpoint": str(Path(init).name),
+                                           "train": base.meta.get("train")},
         "seconds_data_and_tokenizer": round(t_data, 1), "seconds_train": round(t_train, 1),
         "seconds_total": round(time.monotonic() - t0, 1),
         "final_loss": float(np.mean(losses[-50:])),
@@ -227,28 +242,28 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, default=2, help="torch threads (default: %(default)s)")
     ap.add_argument("--eval-prompts", type=int, default=24,
                     help="held-out prompts for the prompt-following check (default: all %(default)s)")
-    ap.add_argument("--replay-tau", default="-2.5,0.5",
-                    help="replay-aware training: range of the TAS threshold drawn per step "
-                         "(default: %(default)s; 'off' trains dense)")
-    ap.add_argument("--replay-start", type=float, default=0.5,
-                    help="replay-aware training starts at this fraction of the steps (default: %(default)s)")
+    ap.add_argument("--init", type=Path, default=None, metavar="DIR",
+                    help="start from this checkpoint's weights and tokenizer (fine-tuning)")
+    ap.add_argument("--replay-fraction", default="off", metavar="LO,HI",
+                    help="replay-aware training: each step replays a fraction drawn from [LO, HI] of the "
+                         "tokens after frame 0 in every layer, the highest TAS first (default: off)")
     ap.add_argument("--replay-dense", type=float, default=0.25,
-                    help="fraction of replay-aware steps that stay dense (default: %(default)s)")
+                    help="with --replay-fraction: the share of steps that stay dense (default: %(default)s)")
     ap.add_argument("--force", action="store_true", help="overwrite an existing checkpoint directory")
     args = ap.parse_args(argv)
     replay = None
-    if args.replay_tau != "off":
+    if args.replay_fraction != "off":
         try:
-            lo, hi = (float(v) for v in args.replay_tau.split(","))
+            lo, hi = (float(v) for v in args.replay_fraction.split(","))
         except ValueError:
-            ap.error(f"--replay-tau: expected 'LO,HI' or 'off', not {args.replay_tau!r}")
-        if not (lo <= hi and 0 <= args.replay_start <= 1 and 0 <= args.replay_dense <= 1):
-            ap.error("--replay-tau needs LO <= HI; --replay-start and --replay-dense are fractions in [0, 1]")
-        replay = {"tau": [lo, hi], "start": int(args.replay_start * args.steps), "dense": args.replay_dense}
+            ap.error(f"--replay-fraction: expected 'LO,HI' or 'off', not {args.replay_fraction!r}")
+        if not (0 <= lo <= hi <= 1 and 0 <= args.replay_dense <= 1):
+            ap.error("--replay-fraction needs 0 <= LO <= HI <= 1 and --replay-dense in [0, 1]")
+        replay = {"fraction": [lo, hi], "dense": args.replay_dense}
     try:
         info = train(args.out, steps=args.steps, clips=args.clips, batch=args.batch, lr=args.lr,
                      seed=args.seed, p_uncond=args.p_uncond, threads=args.threads, force=args.force,
-                     eval_prompts=args.eval_prompts, replay=replay)
+                     eval_prompts=args.eval_prompts, replay=replay, init=args.init)
     except (FileExistsError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
