@@ -2,10 +2,10 @@
 
 Usage::
 
-    python -m tb.bench [--taus=-3,-1.5,-0.5,0.5] [--groups first:8 | --full] [--out build/bench] [--force]
+    python -m tb.bench [--taus=-5,-3,-1,1] [--groups first:8 | --full] [--out build/bench] [--force]
 
 For every tau: ``sw/export_trace.py`` exports the shipped model's decode trace (the committed
-``golden/fastcar`` is the tau = -1.5 point), then the Verilator build of the default accelerator
+``golden/fastcar`` is the point of the default operating point, ``sw.model.fastcar.DEFAULT_TAU``), then the Verilator build of the default accelerator
 runs it four times without stalls: FastCar with DRS, FastCar with chunk round-robin (chunk ``j`` of
 every row on core ``j mod cores``, no scheduler), FastCar with row-static assignment (row ``b`` on
 core ``b mod cores``), and dense (tau = +inf on the same inputs, DRS). Every output is checked bit
@@ -42,11 +42,19 @@ from pathlib import Path
 import numpy as np
 
 REPO = Path(__file__).resolve().parent.parent
-DEFAULT_TAUS = (-3.0, -1.5, -0.5, 0.5)
+
+
+def default_taus() -> tuple[float, ...]:
+    """The bench's points: the default operating point and three around it, high replay to low."""
+    from sw.model.fastcar import DEFAULT_TAU
+
+    return tuple(sorted({-5.0, -1.0, 1.0, float(DEFAULT_TAU)}))
 
 
 def export(tau: float, out: Path) -> Path:
-    if tau == -1.5:
+    from sw.model.fastcar import DEFAULT_TAU
+
+    if tau == DEFAULT_TAU:
         return REPO / "golden" / "fastcar"
     cmd = [sys.executable, str(REPO / "sw" / "export_trace.py"), f"--tau={tau}", "--out", str(out), "--force"]
     r = subprocess.run(cmd, capture_output=True, text=True)
@@ -301,7 +309,7 @@ def write(points, out: Path) -> None:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m tb.bench", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--taus", default=",".join(map(str, DEFAULT_TAUS)))
+    ap.add_argument("--taus", default=",".join(map(str, default_taus())))
     ap.add_argument("--groups", default="first:8", help="'full' or 'first:N' (positions < N)")
     ap.add_argument("--full", action="store_true")
     ap.add_argument("--out", type=Path, default=REPO / "build" / "bench")

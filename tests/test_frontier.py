@@ -52,19 +52,26 @@ def test_sprite_region_metrics():
     assert frontier.region_psnr(frozen, clip, mask) < 20 and frontier.region_ssim(frozen, clip, box) < 0.9
 
 
-def _entry(name, family, replay, pf_train, path="float"):
-    return {"name": name, "family": family, "replay": replay, "path": path,
-            "splits": {"train": {"prompt_following": pf_train}}}
+def _entry(name, family, replay, pf_train, held=None):
+    out = [{"name": name, "family": family, "replay": replay, "path": "float", "prompts": "all",
+            "splits": {"train": {"prompt_following": pf_train}}}]
+    if held is not None:
+        out.append({"name": f"{name} (held-out)", "family": family, "replay": replay, "path": "float",
+                    "prompts": "held-out", "splits": {"heldout": {"prompt_following": held}}})
+    return out
 
 
-def test_choose_default_takes_the_largest_replay_within_budget():
-    entries = [_entry("dense", "dense", 0.0, 0.95), _entry("a", "shipped", 0.5, 0.94),
-               _entry("b", "shipped", 0.7, 0.90), _entry("c", "shipped", 0.8, 0.89),
-               _entry("o", "oracle", 0.85, 0.95)]
+def test_choose_default_takes_the_largest_replay_within_budget_confirmed_on_heldout():
+    entries = [*_entry("dense", "dense", 0.0, 0.95, held=0.90), *_entry("a", "shipped", 0.5, 0.94, held=0.9),
+               *_entry("b", "shipped", 0.7, 0.90, held=0.86), *_entry("c", "shipped", 0.8, 0.89, held=0.88),
+               *_entry("o", "oracle", 0.85, 0.95)]
     assert frontier.choose_default(entries)["name"] == "b"
-    entries[2]["splits"]["train"]["prompt_following"] = 0.8999
+    entries[4]["splits"]["train"]["prompt_following"] = 0.8999       # b leaves the budget on training
     assert frontier.choose_default(entries)["name"] == "a"
-    assert frontier.choose_default([entries[0], _entry("x", "shipped", 0.9, 0.1)]) is None
+    entries[4]["splits"]["train"]["prompt_following"] = 0.90
+    entries[5]["splits"]["heldout"]["prompt_following"] = 0.8499     # b is not confirmed on held-out
+    assert frontier.choose_default(entries)["name"] == "a"
+    assert frontier.choose_default([*entries[:2], *_entry("x", "shipped", 0.9, 0.1)]) is None
 
 
 def test_run_writes_the_documented_contract(tmp_path, monkeypatch):

@@ -37,9 +37,10 @@ import torch
 from tqdm import tqdm
 
 from sw.atomic import OutputExistsError, atomic_dir
+from sw.model.fastcar import DEFAULT_TAU
 
-TAUS = (-6, -4, -3, -2, -1.5, -1, -0.5, 0, 1, 2)
-QUALITY_TAUS = (-3, -1.5, 0, 2)
+TAUS = (-6, -5, -4, -3, -2, -1, 0, 1, 2)
+QUALITY_TAUS = (-5, -3, -1, 1)
 SPARSE = {"sinks": 8, "window": 96}
 GUARD = {"refresh_every": 8, "max_chain": 4}
 CFG = 1.5
@@ -383,7 +384,8 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path, default=Path("build/report"))
     ap.add_argument("--force", action="store_true", help="replace an existing output directory")
     ap.add_argument("--long", action="store_true", help="add the 64-frame drift study")
-    ap.add_argument("--tau", type=float, default=-1.5, help="tau of the drift and similarity studies")
+    ap.add_argument("--tau", type=float, default=DEFAULT_TAU,
+                    help="tau of the drift and similarity studies (default: the operating point, %(default)s)")
     ap.add_argument("--checkpoint", type=Path, default=DEFAULT_CHECKPOINT)
     args = ap.parse_args(argv)
     if args.out.exists() and not args.force and any(args.out.iterdir()):

@@ -2,7 +2,7 @@
 
 Usage::
 
-    python sw/evidence/sweep_tau.py                       # default prompts, 8 frames, CFG 3
+    python sw/evidence/sweep_tau.py                       # default prompts, 8 frames, CFG 1.5
     python sw/evidence/sweep_tau.py --taus=-3,-2,-1,0 --out build/sweep_tau
 
 For each tau the default prompts are generated with FastCar (the same sampling seed each time);
@@ -25,10 +25,10 @@ from tqdm import tqdm
 from sw.model import data
 from sw.model.checkpoint import DEFAULT_CHECKPOINT, load_checkpoint
 
-DEFAULT_TAUS = (-6, -5, -4, -3, -2.5, -2, -1.5, -1, -0.5, 0, 0.5, 1, 2)
+DEFAULT_TAUS = (-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2)
 
 
-def sweep(ckpt, taus, *, prompts, frames=8, cfg_scale=3.0, seed=0) -> list[dict]:
+def sweep(ckpt, taus, *, prompts, frames=8, cfg_scale=1.5, seed=0) -> list[dict]:
     from sw.model.decoder import generate
     from sw.model.fastcar import FastCarConfig
 

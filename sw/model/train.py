@@ -114,6 +114,16 @@ def replay_fraction_at(rng: np.random.Generator, replay: dict | None) -> float |
     return None if draw < replay["dense"] else fraction
 
 
+def _train_summary(path: Path) -> dict | None:
+    """The settings and results of the run that made the checkpoint ``path`` (its ``train.json``
+    without the loss curve), or None when it has none."""
+    f = Path(path) / "train.json"
+    if not f.is_file():
+        return None
+    info = json.loads(f.read_text())
+    return {k: v for k, v in info.items() if k != "losses"}
+
+
 def train(out: Path, *, steps: int, clips: int, batch: int, lr: float, seed: int, p_uncond: float,
           threads: int, force: bool, eval_prompts: int | None = None, replay: dict | None = None,
           init: Path | None = None) -> dict:
@@ -176,8 +186,7 @@ def train(out: Path, *, steps: int, clips: int, batch: int, lr: float, seed: int
         "seed": seed, "steps": steps, "clips": clips, "batch": batch, "lr": lr, "p_uncond": p_uncond,
         "threads": threads, "torch": torch.__version__,
         "train_prompts": len(data.train_prompts()), "replay_aware": replay,
-        "init": None if init is None else {"checkpoint": str(Path(init).name),
-                                           "train": base.meta.get("train")},
+        "init": None if init is None else {"checkpoint": str(Path(init).name), "train": _train_summary(init)},
         "seconds_data_and_tokenizer": round(t_data, 1), "seconds_train": round(t_train, 1),
         "seconds_total": round(time.monotonic() - t0, 1),
         "final_loss": float(np.mean(losses[-50:])),

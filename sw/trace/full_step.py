@@ -127,9 +127,13 @@ def _run(config, consts, thresholds, prompt_rows, frames, *, seed, cfg_scale, fa
     return records, tokens
 
 
-def export_full_step(out, *, checkpoint=None, prompts=None, frames: int = 8, tau=-1.5, sinks=None,
+def export_full_step(out, *, checkpoint=None, prompts=None, frames: int = 8, tau=None, sinks=None,
                      window=None, cfg_scale: float | None = 1.5, seed: int = 0, force: bool = False) -> dict:
-    """Calibrate the whole step, generate with it and write the trace (atomically)."""
+    """Calibrate the whole step, generate with it and write the trace (atomically). ``tau``: the
+    FastCar threshold (``None``: the default operating point, ``sw.model.fastcar.DEFAULT_TAU``)."""
+    from sw.model.fastcar import DEFAULT_TAU
+
+    tau = DEFAULT_TAU if tau is None else tau
     from sw.budget import check_decode_trace
     from sw.golden.calibrate import calibration_prompts, integer_constants
     from sw.golden.step import calibrate_step
