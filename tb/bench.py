@@ -48,7 +48,7 @@ def default_taus() -> tuple[float, ...]:
     """The bench's points: the default operating point and three around it, high replay to low."""
     from sw.model.fastcar import DEFAULT_TAU
 
-    return tuple(sorted({-5.0, -1.0, 1.0, float(DEFAULT_TAU)}))
+    return tuple(sorted({-5.0, -3.0, -1.0, 1.0, float(DEFAULT_TAU)}))
 
 
 def export(tau: float, out: Path) -> Path:

@@ -106,6 +106,7 @@ FAMILIES = {
     "paper": "TAS, model trained dense (paper)",
     "input": "MLP-input change, replay-aware model",
     "oracle": "oracle: MLP-output change (hindsight)",
+    "paper_oracle": "oracle, model trained dense",
 }
 TAS_TAUS = (1.0, 0.0, -1.0, -2.0, -3.0, -4.0, -5.0, -6.0)
 CHANGE_TAUS = (0.2, 0.4, 0.6, 0.8, 1.0)
@@ -113,7 +114,7 @@ CHANGE_TAUS = (0.2, 0.4, 0.6, 0.8, 1.0)
 
 def default_settings(*, comparison: bool = True) -> list[Setting]:
     """Dense, the shipped TAS over tau, the paper's TAS (model trained dense), MLP-input change and
-    the hindsight oracle."""
+    the hindsight oracle (on both models)."""
     from sw.model.fastcar import DEFAULT_TAU
 
     out = [Setting("dense", "dense", None)]
@@ -124,6 +125,9 @@ def default_settings(*, comparison: bool = True) -> list[Setting]:
         out += [Setting(f"paper tas {t:g}", "paper", "logit", t, "dense_trained") for t in taus]
     out += [Setting(f"input {t:g}", "input", "input", t) for t in CHANGE_TAUS]
     out += [Setting(f"oracle {t:g}", "oracle", "oracle", t) for t in CHANGE_TAUS]
+    if comparison:
+        out += [Setting(f"paper oracle {t:g}", "paper_oracle", "oracle", t, "dense_trained")
+                for t in CHANGE_TAUS]
     return out
 
 
@@ -458,7 +462,7 @@ def plot(front: dict, path: Path) -> None:
 
     paths = sorted({e["path"] for e in front["entries"]}, key=["float", "integer"].index)
     fig, axes = plt.subplots(1, len(paths), figsize=(6.2 * len(paths), 4.4), dpi=100, squeeze=False)
-    colours = {"shipped": "C0", "paper": "C3", "input": "C2", "oracle": "0.35"}
+    colours = {"shipped": "C0", "paper": "C3", "input": "C2", "oracle": "0.35", "paper_oracle": "C3"}
     for ax, p in zip(axes[0], paths, strict=True):
         main = [e for e in front["entries"] if e["path"] == p and e["prompts"] == "all"]
         dense = next(e for e in main if e["name"] == "dense")
@@ -480,7 +484,7 @@ def plot(front: dict, path: Path) -> None:
             xs, ys, ci = zip(*pts, strict=True)
             err = np.array([[y - c[0] * 100 for y, c in zip(ys, ci, strict=True)],
                             [c[1] * 100 - y for y, c in zip(ys, ci, strict=True)]])
-            style = "--" if fam == "oracle" else "-"
+            style = "--" if fam.endswith("oracle") else "-"
             ax.errorbar(xs, ys, yerr=err, fmt="o" + style, ms=4, lw=1.2, capsize=2, color=colours[fam],
                         label=label)
         paper_y = d * front["paper"]["fastcar"] / front["paper"]["dense"]
@@ -490,18 +494,20 @@ def plot(front: dict, path: Path) -> None:
             if e.get("default"):
                 ax.plot([e["replay"]], [e["prompt_following"] * 100], "o", ms=14, mfc="none", mec="C1",
                         mew=2, label=f"default operating point ({e['name']})")
-        held = [e for e in front["entries"] if e["path"] == p and e["prompts"] == "held-out"
-                and e["score"] is not None and e["tau"] == front["default_tau"]]
-        for e in held:
-            ax.plot([e["replay"]], [e["prompt_following"] * 100], "D", color="C1", ms=6,
-                    label=f"default point, held-out prompts ({e['videos']} videos)")
+        held = sorted((e for e in front["entries"] if e["path"] == p and e["prompts"] == "held-out"
+                       and e["score"] is not None), key=lambda e: e["replay"])
+        if held:
+            ax.plot([e["replay"] for e in held], [e["prompt_following"] * 100 for e in held], "D:", color="C1",
+                    ms=4, lw=1, label=f"TAS, replay-aware, held-out prompts ({held[0]['videos']} videos; "
+                                      "dense there: "
+                                      f"{next(e for e in front['entries'] if e['path'] == p and e['name'] == 'dense (held-out)')['prompt_following']:.1%})")
         ax.axvline(7 / 8, color="grey", ls=":", lw=0.8)
         ax.set_xlim(-0.02, 0.9)
         ax.set_ylim(0, 100)
         ax.set_xlabel("replay ratio (7/8 = every frame after the first)")
         ax.set_ylabel("prompt following (%)")
         ax.set_title(f"{p} path: {dense['videos']} videos, CFG {front['cfg']:g}")
-        ax.legend(fontsize=7, loc="lower left")
+        ax.legend(fontsize=7, loc="lower right", bbox_to_anchor=(1.0, 0.12))
         ax.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(path)
