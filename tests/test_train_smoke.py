@@ -36,6 +36,28 @@ def test_train_smoke(tmp_path):
     r = subprocess.run([*args[:3], str(tmp_path / "bad"), *args[4:], "--replay-fraction", "0.9,0.5"],
                        cwd=REPO, capture_output=True, text=True)
     assert r.returncode == 2 and "--replay-fraction needs" in r.stderr and not (tmp_path / "bad").exists()
+    for bad, message in ((["--replay-tau=1,-1"], "--replay-tau needs"),
+                         (["--replay-start", "0.5"], "--replay-start needs --replay-tau"),
+                         (["--replay-tau=0,1", "--replay-fraction", "0.5,1"], "not both")):
+        r = subprocess.run([*args[:3], str(tmp_path / "bad"), *args[4:], *bad], cwd=REPO, capture_output=True,
+                           text=True)
+        assert r.returncode == 2 and message in r.stderr and not (tmp_path / "bad").exists(), bad
+
+
+def test_replay_at_threshold_mode_starts_late_and_draws_in_range():
+    import numpy as np
+
+    from sw.model.train import replay_at
+
+    replay = {"tau": [-2.5, 0.5], "start": 5, "dense": 0.25}
+    rng = np.random.default_rng(0)
+    assert all(replay_at(step, rng, replay) == {} for step in range(5))
+    drawn = [replay_at(step, rng, replay) for step in range(5, 405)]
+    taus = [d["replay_tau"] for d in drawn if d]
+    assert 250 < len(taus) < 350 and all(-2.5 <= t <= 0.5 for t in taus)
+    assert all(set(d) == {"replay_fraction"} for d in
+               filter(None, (replay_at(0, rng, {"fraction": [0.6, 1.0], "dense": 0.25}) for _ in range(50))))
+    assert replay_at(0, rng, None) == {}
 
 
 def test_generate_cli_integer(tmp_path):

@@ -62,10 +62,11 @@ def drop_prompts(batch: torch.Tensor, layout: TokenLayout, p: float, gen: torch.
 
 
 def loss_on_frames(model: Decoder, batch: torch.Tensor, prompt_len: int, *,
-                   replay_fraction: float | None = None) -> torch.Tensor:
+                   replay_fraction: float | None = None, replay_tau: float | None = None) -> torch.Tensor:
     """Next-token cross-entropy on the frame tokens only (with FastCar replaying ``replay_fraction``
-    of the tokens after frame 0 in every layer; see :meth:`sw.model.decoder.Decoder.forward`)."""
-    logits = model(batch[:, :-1], replay_fraction=replay_fraction)
+    of the tokens after frame 0 in every layer, or those whose TAS clears ``replay_tau``; see
+    :meth:`sw.model.decoder.Decoder.forward`)."""
+    logits = model(batch[:, :-1], replay_fraction=replay_fraction, replay_tau=replay_tau)
     targets = batch[:, 1:]
     start = prompt_len - 1
     return F.cross_entropy(logits[:, start:].reshape(-1, logits.shape[-1]), targets[:, start:].reshape(-1))
@@ -97,21 +98,25 @@ def prompt_following(model: Decoder, tok: VQTokenizer, layout: TokenLayout, prom
     return ok / len(prompts), videos
 
 
-def replay_fraction_at(rng: np.random.Generator, replay: dict | None) -> float | None:
-    """The replay fraction of one training step (``None``: dense).
+def replay_at(step: int, rng: np.random.Generator, replay: dict | None) -> dict:
+    """The replay of one training step, as keyword arguments of :func:`loss_on_frames` (``{}``:
+    dense).
 
-    Replay-aware training (``replay`` = ``{"fraction": [lo, hi], "dense": p}``): a step is dense
-    with probability ``p``; otherwise every layer replays a fraction drawn uniformly from
-    ``[lo, hi]`` of the tokens after frame 0, those with the highest TAS, chained as in decode. The
-    model learns to carry motion through attention where a token's MLP output is the previous
-    frame's, over the range of replay ratios it will run at.
+    Replay-aware training, ``replay`` = ``{"fraction": [lo, hi], "dense": p}`` or
+    ``{"tau": [lo, hi], "start": s, "dense": p}``. From step ``s`` on (``0`` when absent), a step
+    is dense with probability ``p``; otherwise every layer replays the tokens after frame 0 either
+    by share (a fraction drawn uniformly from ``[lo, hi]``, the highest TAS first) or by threshold
+    (a TAS threshold drawn uniformly from ``[lo, hi]``), chained as in decode. The model learns to
+    carry motion through attention where a token's MLP output is the previous frame's, over the
+    range of replay ratios it will run at.
     """
-    if replay is None:
-        return None
+    if replay is None or step < replay.get("start", 0):
+        return {}
     draw = rng.random()
-    lo, hi = replay["fraction"]
-    fraction = float(rng.uniform(lo, hi))
-    return None if draw < replay["dense"] else fraction
+    kind = "fraction" if "fraction" in replay else "tau"
+    lo, hi = replay[kind]
+    value = float(rng.uniform(lo, hi))
+    return {} if draw < replay["dense"] else {f"replay_{kind}": value}
 
 
 def _train_summary(path: Path) -> dict | None:
@@ -166,8 +171,7 @@ def train(out: Path, *, steps: int, clips: int, batch: int, lr: float, seed: int
         b = drop_prompts(seqs[idx], layout, p_uncond, gen)
         for group in opt.param_groups:
             group["lr"] = lr_at(step, steps, lr, warmup=max(1, steps // 20))
-        loss = loss_on_frames(model, b, layout.prompt_len,
-                              replay_fraction=replay_fraction_at(replay_rng, replay))
+        loss = loss_on_frames(model, b, layout.prompt_len, **replay_at(step, replay_rng, replay))
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -256,19 +260,37 @@ def main(argv=None) -> int:
     ap.add_argument("--replay-fraction", default="off", metavar="LO,HI",
                     help="replay-aware training: each step replays a fraction drawn from [LO, HI] of the "
                          "tokens after frame 0 in every layer, the highest TAS first (default: off)")
+    ap.add_argument("--replay-tau", default="off", metavar="LO,HI",
+                    help="replay-aware training by threshold: each step replays the tokens after frame 0 "
+                         "whose TAS clears a threshold drawn from [LO, HI] (default: off)")
+    ap.add_argument("--replay-start", type=float, default=0.0, metavar="F",
+                    help="with --replay-tau: replay-aware steps begin after this fraction of the steps "
+                         "(default: %(default)s)")
     ap.add_argument("--replay-dense", type=float, default=0.25,
-                    help="with --replay-fraction: the share of steps that stay dense (default: %(default)s)")
+                    help="with --replay-fraction or --replay-tau: the share of replay-aware steps that stay "
+                         "dense (default: %(default)s)")
     ap.add_argument("--force", action="store_true", help="overwrite an existing checkpoint directory")
     args = ap.parse_args(argv)
     replay = None
-    if args.replay_fraction != "off":
+    if args.replay_fraction != "off" and args.replay_tau != "off":
+        ap.error("give --replay-fraction or --replay-tau, not both")
+    if args.replay_start and args.replay_tau == "off":
+        ap.error("--replay-start needs --replay-tau")
+    for name in ("fraction", "tau"):
+        text = getattr(args, f"replay_{name}")
+        if text == "off":
+            continue
         try:
-            lo, hi = (float(v) for v in args.replay_fraction.split(","))
+            lo, hi = (float(v) for v in text.split(","))
         except ValueError:
-            ap.error(f"--replay-fraction: expected 'LO,HI' or 'off', not {args.replay_fraction!r}")
-        if not (0 <= lo <= hi <= 1 and 0 <= args.replay_dense <= 1):
+            ap.error(f"--replay-{name}: expected 'LO,HI' or 'off', not {text!r}")
+        if name == "fraction" and not (0 <= lo <= hi <= 1 and 0 <= args.replay_dense <= 1):
             ap.error("--replay-fraction needs 0 <= LO <= HI <= 1 and --replay-dense in [0, 1]")
-        replay = {"fraction": [lo, hi], "dense": args.replay_dense}
+        if name == "tau" and not (lo <= hi and 0 <= args.replay_start <= 1 and 0 <= args.replay_dense <= 1):
+            ap.error("--replay-tau needs LO <= HI; --replay-start and --replay-dense are fractions in [0, 1]")
+        replay = {name: [lo, hi], "dense": args.replay_dense}
+        if name == "tau":
+            replay = {"tau": [lo, hi], "start": int(args.replay_start * args.steps), "dense": args.replay_dense}
     try:
         info = train(args.out, steps=args.steps, clips=args.clips, batch=args.batch, lr=args.lr,
                      seed=args.seed, p_uncond=args.p_uncond, threads=args.threads, force=args.force,
