@@ -74,6 +74,27 @@ def test_choose_default_takes_the_largest_replay_within_budget_confirmed_on_held
     assert frontier.choose_default([*entries[:2], *_entry("x", "shipped", 0.9, 0.1)]) is None
 
 
+def test_choose_common_needs_the_budget_on_every_path():
+    def both(name, family, replays, train, held):
+        out = []
+        for path, r, t, h in zip(("float", "integer"), replays, train, held):
+            for e in _entry(name, family, r, t, held=h):
+                out.append({**e, "path": path, "tau": {"a": -3.0, "b": -4.0, "c": -5.0}.get(name)})
+        return out
+
+    entries = [*both("dense", "dense", (0, 0), (0.95, 0.95), (0.90, 0.90)),
+               *both("a", "shipped", (0.69, 0.70), (0.94, 0.94), (0.90, 0.90)),
+               *both("b", "shipped", (0.75, 0.74), (0.93, 0.91), (0.88, 0.86)),
+               *both("c", "shipped", (0.82, 0.82), (0.93, 0.93), (0.87, 0.80))]   # c fails held-out on integer
+    assert frontier.choose_default([e for e in entries if e["path"] == "float"])["name"] == "c"
+    assert frontier.choose_default([e for e in entries if e["path"] == "integer"])["name"] == "b"
+    common = frontier.choose_common(entries)
+    assert common == {"name": "b", "tau": -4.0, "replay": {"float": 0.75, "integer": 0.74}}
+    entries[11]["splits"]["heldout"]["prompt_following"] = 0.8499              # b leaves it on integer
+    assert frontier.choose_common(entries)["name"] == "a"
+    assert frontier.choose_common([e for e in entries if e["name"] in ("dense", "dense (held-out)")]) is None
+
+
 def test_run_writes_the_documented_contract(tmp_path, monkeypatch):
     """A two-setting run on 4 prompts: names, fractions, the dense entry and the default flag."""
     from sw.model.fastcar import DEFAULT_TAU
@@ -97,6 +118,7 @@ def test_run_writes_the_documented_contract(tmp_path, monkeypatch):
     frontier.plot(front, tmp_path / "f.png")
     assert (tmp_path / "f.png").stat().st_size > 10_000
     assert "(default)" in frontier.markdown(front)
+    assert front["operating_point"] is None or front["operating_point"]["name"].startswith("tas")
 
 
 def test_bad_options_are_refused(tmp_path, capsys):

@@ -25,12 +25,14 @@ replay, ``sw/checkpoints/dense_trained``), two hindsight-free scores and the hin
 (replay where the fresh MLP output changes least from the cached one; it computes the MLP to decide,
 so it bounds what a rule can keep, it does not save work). The change scores have no integer rule,
 so they run on the float path only (the integer plot shows their float curves). The default operating point
-(:data:`sw.model.fastcar.DEFAULT_TAU`) is chosen by :func:`choose_default`; dense and every tau of the
+(:data:`sw.model.fastcar.DEFAULT_TAU`) is chosen by :func:`choose_common`: the largest replay that
+:func:`choose_default` accepts on every path (float and integer); dense and every tau of the
 shipped decision are also run on the held-out prompts with 8 seeds (192 videos) to confirm it.
 
 Writes ``frontier.json`` (one entry per setting and path with ``name``, ``replay``,
 ``prompt_following`` as a fraction, ``dense`` for the baseline and ``"default": true`` on the
-default operating point), ``frontier.md`` and ``frontier.png`` under ``--out``, atomically; an
+default operating point; ``chosen_by_quality`` per path and ``operating_point`` for all paths at
+once), ``frontier.md`` and ``frontier.png`` under ``--out``, atomically; an
 existing output is refused without ``--force``. Jobs run in parallel across the cores with a
 progress bar.
 """
@@ -310,24 +312,45 @@ def within_budget(e: dict, dense: dict, split: str) -> bool:
             >= dense["splits"][split]["prompt_following"] - BUDGET_POINTS / 100 - 1e-12)
 
 
-def choose_default(entries: list[dict], family: str = "shipped") -> dict | None:
-    """The operating point chosen by quality: the largest-replay entry of ``family`` whose prompt
-    following stays within :data:`BUDGET_POINTS` of dense on the training split (the prompts it was
-    calibrated and trained on) and is confirmed on the held-out split (its held-out entry, when
-    there is one, also within the budget); ``None`` if none is. Entries of one path."""
+def _qualifying(entries: list[dict], family: str) -> list[dict]:
+    """The entries of ``family`` (one path, all prompts) whose prompt following stays within
+    :data:`BUDGET_POINTS` of dense on the training split and, when they have a held-out entry,
+    also on the held-out split."""
     dense = next(d for d in entries if d["name"] == "dense" and d["prompts"] == "all")
     held = {e["name"]: e for e in entries if e["prompts"] == "held-out"}
     dense_held = held.get("dense (held-out)")
-    best = None
+    out = []
     for e in entries:
         if e["family"] != family or e["prompts"] != "all" or not within_budget(e, dense, "train"):
             continue
         h = held.get(f"{e['name']} (held-out)")
         if h is not None and dense_held is not None and not within_budget(h, dense_held, "heldout"):
             continue
-        if best is None or e["replay"] > best["replay"]:
-            best = e
-    return best
+        out.append(e)
+    return out
+
+
+def choose_default(entries: list[dict], family: str = "shipped") -> dict | None:
+    """The operating point chosen by quality on one path: the largest-replay entry of ``family``
+    whose prompt following stays within :data:`BUDGET_POINTS` of dense on the training split (the
+    prompts it was calibrated and trained on) and is confirmed on the held-out split (its held-out
+    entry, when there is one, also within the budget); ``None`` if none is. Entries of one path."""
+    return max(_qualifying(entries, family), key=lambda e: e["replay"], default=None)
+
+
+def choose_common(entries: list[dict], family: str = "shipped") -> dict | None:
+    """The operating point of every path at once: the setting (by name) that qualifies as in
+    :func:`choose_default` on each path of ``entries``, with the largest replay on the path where
+    it is smallest; ``None`` if none qualifies on all. Returns ``{"name", "tau", "replay": {path:
+    ratio}}``. The accelerator runs the integer path, the float model the other: one threshold
+    must hold for both."""
+    paths = sorted({e["path"] for e in entries})
+    ok = [{e["name"]: e for e in _qualifying([x for x in entries if x["path"] == p], family)} for p in paths]
+    common = set(ok[0]).intersection(*ok[1:]) if ok else set()
+    if not common:
+        return None
+    name = max(common, key=lambda n: min(q[n]["replay"] for q in ok))
+    return {"name": name, "tau": ok[0][name]["tau"], "replay": {p: q[name]["replay"] for p, q in zip(paths, ok)}}
 
 
 # --------------------------------------------------------------------------------------------------
@@ -422,7 +445,13 @@ def run(settings: list[Setting], *, paths=("float", "integer"), prompts=None, se
                                                               "replay": c["replay"],
                                                               "is_default": c.get("default", False)})
                                   for p, c in chosen.items()},
+            "operating_point": _with_default(choose_common(entries), DEFAULT_TAU),
             "entries": entries}
+
+
+def _with_default(point: dict | None, default_tau: float) -> dict | None:
+    """``point`` with ``is_default``: whether its tau is the shipped default."""
+    return None if point is None else {**point, "is_default": point["tau"] == default_tau}
 
 
 # --------------------------------------------------------------------------------------------------
@@ -451,6 +480,15 @@ def markdown(front: dict) -> str:
                      f"; the default tau {front['default_tau']:g} is another point")
         lines.append(f"{p}: the largest replay of the shipped decision within {front['budget_points']:g} "
                      f"points of dense on the training split, confirmed on the held-out split: {what}")
+    c = front.get("operating_point")
+    lines.append("")
+    if c is None:
+        lines.append("no setting of the shipped decision qualifies on every path")
+    else:
+        ratios = ", ".join(f"{p} {r:.3f}" for p, r in c["replay"].items())
+        lines.append(f"every path at once: {c['name']} (replay {ratios})"
+                     + (", the default operating point" if c["is_default"] else
+                        f"; the default tau {front['default_tau']:g} is another point"))
     return "\n".join(lines) + "\n"
 
 
