@@ -190,7 +190,9 @@ def test_whole_trace_figures():
     rows, computed = replay.size, int((1 - replay).sum())
     fast = trace_cycles_v2(G, replay, "drs").sum()
     dense = trace_cycles_v2(G, np.zeros_like(replay), "drs").sum()
-    assert (int(fast), int(dense)) == (3_899_327, 4_800_512)   # the shipped trace at tau 1 (replay 0.190)
+    assert int(dense) == 4_800_512                             # dense: the trace's shape only
     assert fast == trace_cycles_v2(G, replay, "chunk_rr").sum()
     util = computed * 3 * 96 * 256 / (G.macs * fast)
-    assert util >= 0.93 and dense / fast / (rows / computed) >= 0.95
+    # Whatever the committed trace's replay: at least 0.95 of the ideal (rows / computed rows),
+    # never above it.
+    assert util >= 0.93 and 0.95 <= dense / fast / (rows / computed) <= 1.0
