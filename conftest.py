@@ -5,7 +5,6 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent
-GOLDEN = REPO / "golden" / "gemm_tile"
 FASTCAR = REPO / "golden" / "fastcar"
 
 
@@ -33,18 +32,13 @@ def pytest_generate_tests(metafunc):
 
 
 @pytest.fixture(scope="session")
-def golden_dir():
-    return GOLDEN
-
-
-@pytest.fixture(scope="session")
 def trace_dir(request):
     from sw.trace.decode import load_decode_trace
-    from sw.trace.store import TraceError, load_trace, trace_kind
+    from sw.trace.store import TraceError
 
     d = Path(request.config.getoption("--trace-dir")).resolve()
     try:
-        load_decode_trace(d) if trace_kind(d) == "fastcar_decode" else load_trace(d)
+        load_decode_trace(d)
     except TraceError as e:
         raise pytest.UsageError(f"--trace-dir: {e}") from None
     return d
@@ -81,11 +75,12 @@ def accelerator_summary(runs: list[dict], wall_s: float) -> tuple[list[str], str
 
     runs = sorted(runs, key=lambda r: (r["trace"], r["seed"] is None, r["mode"], r["seed"] or 0))
     lines = [f"{'trace':<10}{'run':<16}{'groups':>7}{'rows checked':>14}{'DUT cycles':>12}{'sim cycles':>12}"
-             f"{'wall s':>8}{'cycles/s':>10}"]
+             f"{'wall s':>8}{'cycles/s':>10}{'of model':>10}"]
     for r in runs:
         name = f"stalls seed {r['seed']}" if r["seed"] is not None else r["mode"]
         lines.append(f"{Path(r['trace']).name:<10}{name:<16}{r['n_groups']:>7}{r['rows_checked']:>14,}{r['total_cycles']:>12,}"
-                     f"{r['sim_cycles']:>12,}{r['wall_s']:>8.1f}{r['sim_cycles'] / r['wall_s']:>10,.0f}")
+                     f"{r['sim_cycles']:>12,}{r['wall_s']:>8.1f}{r['sim_cycles'] / r['wall_s']:>10,.0f}"
+                     f"{_of_model(r):>10}")
     failure = None
     nostall = {}
     for r in runs:
@@ -104,6 +99,21 @@ def accelerator_summary(runs: list[dict], wall_s: float) -> tuple[list[str], str
             compare_modes({"drs": drs, "static": static, "dense": dense})
         except AssertionError as e:
             failure = f"{trace} ({groups}): {e}"
+    for trace in sorted({r["trace"] for r in runs}):
+        mine = [r for r in runs if r["trace"] == trace and "coverage" in r]
+        if not mine:
+            continue
+        cov = {k: (max if k.endswith("_peak") else sum)(r["coverage"][k] for r in mine)
+               for k in mine[0]["coverage"]}
+        pos = sorted({p for r in mine for p in r.get("positions", [])})
+        lay = sorted({n for r in mine for n in r.get("layers", [])})
+        lines.append(f"{Path(trace).name}: {len(pos)} positions ({_ranges(pos)}), {len(lay)} layers, "
+                     f"{mine[0].get('rows', '?')} rows; coverage, cycles in which each held over its runs: "
+                     + ", ".join(f"{k.removeprefix('cov_')} {v:,}" for k, v in cov.items()))
+        missed = [k for k, v in cov.items() if v == 0]
+        if missed and any(r["seed"] is not None and r["stall"] > 0 for r in mine):
+            failure = (f"{trace}: the runs never reached {', '.join(missed)} "
+                       f"(the stall runs are meant to reach every coverage event)")
     seeds = sorted(r["seed"] for r in runs if r["seed"] is not None)
     sim = sum(r["sim_cycles"] for r in runs)
     busy = sum(r["wall_s"] for r in runs)
@@ -112,6 +122,26 @@ def accelerator_summary(runs: list[dict], wall_s: float) -> tuple[list[str], str
                  + f"; {sim:,} cycles simulated in {wall_s:.0f} s of session wall time; "
                  f"{sim / busy:,.0f} cycles/s per simulator, {sim / wall_s:,.0f} cycles/s in all")
     return lines, failure
+
+
+def _of_model(r: dict) -> str:
+    """A no-stall run's speed as a fraction of the simulator's own speed in its model-only stretches
+    (no testbench Python runs there)."""
+    if r["seed"] is not None or not r.get("quiet_cpu_s") or not r.get("cpu_s"):
+        return ""
+    return f"{(r['sim_cycles'] / r['cpu_s']) / (r['quiet_cycles'] / r['quiet_cpu_s']):.0%}"
+
+
+def _ranges(values: list[int]) -> str:
+    """``0-7, 9, 12-63`` for a sorted list of integers."""
+    out, start = [], None
+    for i, v in enumerate(values):
+        if start is None:
+            start = v
+        if i + 1 == len(values) or values[i + 1] != v + 1:
+            out.append(f"{start}" if start == v else f"{start}-{v}")
+            start = None
+    return ", ".join(out)
 
 
 def pytest_sessionfinish(session, exitstatus):

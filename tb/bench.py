@@ -133,7 +133,7 @@ def model_check(cfg, mask, modes: dict, groups, *, where: str = "",
     out = {}
     for mode in (k for k in MODE_KEYS if k in modes):
         masks = np.zeros_like(mask) if mode == "dense" else mask
-        model = trace_cycles(cfg, masks, static=(mode == "static"), chunk_rr=(mode == "chunk_rr"))
+        model = trace_cycles(cfg, masks, "drs" if mode == "dense" else mode)
         rtl = np.asarray(modes[mode]["cycles"])
         if rtl.shape != model.shape:
             raise SystemExit(f"tb.bench: {where}: {mode}: {rtl.size} measured groups for "
@@ -236,7 +236,7 @@ def losses(cfg, mask, fast: int, macs: int) -> dict:
     compute = macs / cfg.mac_units
     replayed = int(per_group[none_computed].sum())
     chunks = int((1 - mask).sum()) * cfg.chunks
-    chunk_time = sum(cfg.mv_blocks_per_chunk) if cfg.datapath == 2 else cfg.gate_tile.cycles(1)
+    chunk_time = sum(cfg.mv_blocks_per_chunk)
     frag = (chunks % cfg.cores) * chunk_time if cfg.chunks % cfg.cores else 0
     return {"compute": compute, "all_replayed_groups": replayed,
             "group_fill_drain": int(per_group[~none_computed].sum()) - compute - frag,

@@ -405,12 +405,6 @@ def test_memory_limit_is_applied(tiny_ckpt, tmp_path, command):
     assert not out.exists()
 
 
-def test_linear_trace_batch_is_refused(tmp_path):
-    r = run("sw/export_trace.py", "--linear", "--batch", str(10**11), "--out", tmp_path / "g")
-    assert_one_clear_line(r, f"--batch {10**11}", "of memory")
-    assert list(tmp_path.iterdir()) == []
-
-
 def test_simulation_selection_is_refused(tmp_path):
     """What nox -s sim runs first: the selection times the simulator processes against the limit."""
     env = {**os.environ, "FASTCAR_MEMORY_LIMIT": "1M"}

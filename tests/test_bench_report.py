@@ -25,7 +25,7 @@ def fake_rep(cfg=DEFAULT_ACCEL, *, scale=None):
     modes = {}
     for mode in ("drs", "static", "chunk_rr", "dense"):
         m = np.zeros_like(mask) if mode == "dense" else mask
-        cycles = trace_cycles(cfg, m, static=(mode == "static"), chunk_rr=(mode == "chunk_rr"))
+        cycles = trace_cycles(cfg, m, "drs" if mode == "dense" else mode)
         cycles = np.round(cycles * (scale or {}).get(mode, 1)).astype(int)
         modes[mode] = {"cycles": [int(c) for c in cycles], "total_cycles": int(cycles.sum()),
                        "core_busy": [1000, 1010]}

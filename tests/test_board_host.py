@@ -98,7 +98,7 @@ class FakeBoard:
                         y[value] ^= 0x20
                     else:
                         replay ^= 1
-                u = user.const({"replay": replay, "row": b}).as_value().value
+                u = user.const({"replay": replay, "row": b, "tas": int(self.tr.tas[g, b])}).as_value().value
                 tail = u | (int(b == self.cfg.batch - 1) << fmt.y.user_bits)
                 body += y.tobytes() + tail.to_bytes(fmt.y.tail_bytes, "little")
             self._answer(op, body)
@@ -130,7 +130,7 @@ def test_first_positions_only(trace):
 
 @pytest.mark.parametrize("spec", ["first", "first:0", "last:3", "all"])
 def test_bad_group_spec(trace, spec):
-    with pytest.raises(BoardError, match="expected 'full', 'first:N' or 'first:N:F'"):
+    with pytest.raises(BoardError, match="expected 'full', 'first:N', 'first:N:F' or 'cover:N'"):
         select_groups(trace, spec)
 
 

@@ -6,7 +6,7 @@ import pytest
 
 from hw.board.top import BoardTop, uart_divider
 from hw.flow import synth
-from sw.config import DEFAULT_ACCEL, TileConfig
+from sw.config import DEFAULT_ACCEL
 from tb.board.small_trace import SMALL_ACCEL
 
 
@@ -26,9 +26,9 @@ def test_which_top(monkeypatch):
     assert isinstance(top, BoardTop) and top.clocks_per_bit == 50 and top.baud == board["uart"]["baud"]
     assert top.timeout == 150_000_000 * board["uart"]["timeout_ms"] // 1000
     top._MustUse__silence = True
-    monkeypatch.setattr("hw.accel.top.make_top", lambda design: design)    # nothing to elaborate
-    for design, harness in ((DEFAULT_ACCEL, True), (TileConfig(rows=2, cols=2, k_dim=4, n_dim=4), False)):
-        top = synth.make_board_top(design, board, pll, harness=harness)
+    monkeypatch.setattr("hw.accel.accelerator.Accelerator", lambda design: design)   # nothing to elaborate
+    for design in (DEFAULT_ACCEL, SMALL_ACCEL):
+        top = synth.make_board_top(design, board, pll, harness=True)
         assert isinstance(top, synth.HarnessTop) and top.dut is design
         top._MustUse__silence = True
     with pytest.raises(synth.SynthError, match="cannot be made"):

@@ -61,13 +61,15 @@ def test_control_word_keeps_its_bit_positions():
     chunk round-robin (and the ``static`` bit for static)."""
     from hw.accel.accelerator import cfg_layout, ctrl_layout
     from hw.board.host import config_words
-    from tests.test_accelerator_sim import small_case
+    from tb.board.small_trace import SMALL_ACCEL as cfg
+    from tests.test_projection import random_layer
 
     lay = ctrl_layout()
     assert {n: lay[n].offset for n in lay.members} == {
         "static": 0, "refresh_en": 1, "refresh_every": 2, "max_chain_en": 10, "max_chain": 11, "chunk_rr": 19}
-    cfg, layer, _, _ = small_case()
-    base, rr, static = (config_words(cfg, [layer], **kw)[-1]
+    rng = np.random.default_rng(0)
+    layers = [random_layer(rng, cfg.d_model, cfg.d_ff) for _ in range(cfg.layers)]
+    base, rr, static = (config_words(cfg, layers, **kw)[-1]
                         for kw in ({}, {"chunk_rr": True}, {"static": True}))
     data = cfg_layout(cfg)["data"].offset
     assert rr ^ base == 1 << (data + lay["chunk_rr"].offset), "chunk_rr: not (only) the chunk_rr bit"

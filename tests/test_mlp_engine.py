@@ -1,4 +1,4 @@
-"""The v2 MLP datapath (dispatcher, two matrix-vector cores on one weight store, output stage)
+"""The MLP datapath (dispatcher, two matrix-vector cores on one weight store, output stage)
 against sw.golden.quant.swiglu_int8, in every schedule, with random readiness of the output."""
 
 import numpy as np
@@ -11,8 +11,8 @@ from sw.config import AccelConfig
 from sw.golden import quant
 from tests.test_mv_core import random_layers
 
-SMALL = AccelConfig(d_model=16, d_ff=64, layers=2, tokens_per_frame=2, batch=4, rows=2, cols=2, cores=2,
-                    chunks=4, gate_lanes=2, tas_lanes=4, mv_in=4, mv_out=4)
+SMALL = AccelConfig(d_model=16, d_ff=64, layers=2, tokens_per_frame=2, batch=4, cores=2,
+                    chunks=4, tas_lanes=4, mv_in=4, mv_out=4)
 
 
 def golden_rows(lay, xs):

@@ -12,8 +12,8 @@ from hw.accel.weight_store import WeightStore
 from sw.config import AccelConfig
 from sw.golden import quant
 
-SMALL = AccelConfig(d_model=16, d_ff=32, layers=2, tokens_per_frame=2, batch=2, rows=2, cols=2, cores=2,
-                    chunks=2, gate_lanes=2, tas_lanes=4, mv_in=4, mv_out=4)
+SMALL = AccelConfig(d_model=16, d_ff=32, layers=2, tokens_per_frame=2, batch=2, cores=2,
+                    chunks=2, tas_lanes=4, mv_in=4, mv_out=4)
 
 
 class CoreOnStore(Elaboratable):

@@ -22,7 +22,7 @@ from sw.config import DEFAULT_ACCEL
 from sw.golden import quant
 from tests.fragments import Ecp5Stub, instances
 
-#: The accumulator width the v2 datapath uses: a GU pass sums d_model products, a D pass chunk_width.
+#: The accumulator width the datapath uses: a GU pass sums d_model products, a D pass chunk_width.
 ACC_BITS = max(DEFAULT_ACCEL.gu_sum_bits, quant.sum_bits(DEFAULT_ACCEL.chunk_width))
 MAX_PRODUCT = 128 * 128
 

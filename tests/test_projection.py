@@ -12,11 +12,11 @@ from amaranth.sim import Simulator
 from hw.accel.accelerator import Accelerator
 from hw.board.host import config_words, row_beats
 from sw.config import DEFAULT_ACCEL, AccelConfig
+from sw.golden import quant
 from sw.perf import projection as pj
 from sw.perf.cycles import group_cycles
 from tb.bench import MODEL_TOLERANCE, model_check
 from tests.test_accelerator_sim import configure, send_group
-from tests.test_mlp_core_sim import random_layer
 
 #: Module-scoped fixtures: with pytest-xdist (--dist loadgroup) these tests share one worker.
 pytestmark = pytest.mark.xdist_group("test_projection")
@@ -28,11 +28,23 @@ REPO = Path(__file__).resolve().parent.parent
 # ---------------------------------------------------------------------------------------------
 
 #: Small enough for amaranth.sim, large enough that a group is hundreds of cycles like the
-#: default's: one chunk is T = 16 * 16 / (2 * 2) = 64 cycles in a tile stage.
-SIM_CFG = AccelConfig(d_model=16, d_ff=64, layers=1, tokens_per_frame=4, batch=4, rows=2, cols=2,
-                      cores=2, chunks=4, gate_lanes=2, tas_lanes=4, datapath=1)
+#: default's.
+SIM_CFG = AccelConfig(d_model=16, d_ff=64, layers=1, tokens_per_frame=4, batch=4, cores=2, chunks=4,
+                      tas_lanes=4, mv_in=4, mv_out=4)
 #: All 16 replay masks of four rows, in frames 1 to 4 (frame 0 computes every row: dense groups).
 MASKS = [tuple((m >> (3 - b)) & 1 for b in range(4)) for m in range(16)]
+
+
+def random_layer(rng, d, f):
+    """Random int8 weights and integer constants of one SwiGLU layer, in the spec's ranges."""
+    return {"wg": rng.integers(-128, 128, (d, f)).astype(np.int8),
+            "wu": rng.integers(-128, 128, (d, f)).astype(np.int8),
+            "wd": rng.integers(-128, 128, (f, d)).astype(np.int8),
+            "mult_g": rng.integers(20000, 60000, f), "shift_g": rng.integers(23, 25, f),
+            "mult_u": rng.integers(20000, 60000, f), "shift_u": rng.integers(23, 25, f),
+            "lut": quant.silu_lut(rng.uniform(0.03, 0.06), 0.04),
+            "mult_h": int(rng.integers(40000, 60000)), "shift_h": 21,
+            "mult_d": rng.integers(20000, 60000, d), "shift_d": rng.integers(22, 24, d)}
 
 
 def every_mask_trace(cfg: AccelConfig, seed: int = 0):
@@ -102,7 +114,7 @@ def test_cycle_model_against_rtl_on_every_mask(rtl_cycles, mode):
     """Every one of the 16 masks of four rows, and dense groups: the model within 2 % of the RTL."""
     measured, masks = rtl_cycles
     for g, (m, rtl) in enumerate(zip(masks, measured[mode], strict=True)):
-        model = group_cycles(SIM_CFG, m, static=(mode == "static"), chunk_rr=(mode == "chunk_rr"))
+        model = group_cycles(SIM_CFG, m, mode)
         assert abs(model - rtl) <= MODEL_TOLERANCE * rtl, \
             f"{mode}, group {g}, mask {m.tolist()}: RTL {rtl} cycles, model {model}"
     # Not a flat line: a group with one computed row is far shorter than a dense one.
@@ -145,19 +157,12 @@ def test_real_units_arithmetic():
     assert u["dense_equivalent_gops"] == pytest.approx(4 * u["achieved_gops"])
 
 
-def test_projection_counts_the_mac_units_of_the_datapath(monkeypatch):
-    """A v2 configuration has ``cores x mv_in x mv_out`` MAC units; ``cfg.macs`` (v1's ``3 x rows x
-    cols`` per core) is wrong for it, and any use of it here fails the test."""
+def test_projection_counts_the_mac_units_of_the_datapath():
+    """The accelerator has ``cores x mv_in x mv_out`` MAC units, the figure every GOPS and
+    utilisation of the report divides by."""
     cfg, cfg7 = DEFAULT_ACCEL, pj.projected_accel(2)
     for c in (cfg, cfg7):
-        assert c.datapath == 2 and c.mac_units == c.cores * c.mv_in * c.mv_out != c.macs
-    v1_macs = AccelConfig.macs.fget
-
-    def macs_v1_only(self):
-        assert self.datapath == 1, f"cfg.macs used for a v{self.datapath} configuration"
-        return v1_macs(self)
-
-    monkeypatch.setattr(AccelConfig, "macs", property(macs_v1_only))
+        assert c.mac_units == c.cores * c.mv_in * c.mv_out
     clock = pj.assumed_clock(100.0)
     units = cfg.cores * cfg.mv_in * cfg.mv_out
     u = pj.real_units(cfg, 1e6, clock, frames=8, computed_rows=4, dense_rows=4, videos=2)
@@ -176,20 +181,13 @@ def test_projection_counts_the_mac_units_of_the_datapath(monkeypatch):
     assert a["peak_gops"] == pytest.approx(2 * a["mac_units"] * f.clock_mhz / 1e3)
     assert a["dsp_fraction"] == a["mac_units"] / f.dsp
     assert a["geometry"] == f"2 cores x one {cfg7.mv_in} x {cfg7.mv_out} matrix-vector unit"
-    # The v1 projection is still there, with v1's MAC units.
-    v1 = pj.projected_accel(2, datapath=1)
-    assert pj.accel_summary(v1, f, f.clock_mhz)["mac_units"] == 2 * 3 * 32 * 32
-    assert pj.geometry(v1) == "2 cores x 3 tiles x 32 x 32"
 
 
 def test_clock_is_labelled_by_where_it_comes_from(tmp_path):
-    tile = {"tile": {"rows": 4, "cols": 4, "k_dim": 96, "n_dim": 256}, "fmax_mhz": 81.17,
-            "timing_met": False, "constraint_mhz": 150.01}
-    c = pj.clock_from_synth(write_json(tmp_path / "t.json", tile))
-    assert c.measured and c.mhz == 81.17 and "one GEMM tile only" in c.source and "not met" in c.source
-    accel = {"accel": DEFAULT_ACCEL.to_dict(), "fmax_mhz": 50}
-    c = pj.clock_from_synth(write_json(tmp_path / "a.json", accel))
-    assert c.measured and "the whole accelerator" in c.source
+    missed = {"accel": DEFAULT_ACCEL.to_dict(), "fmax_mhz": 81.17, "timing_met": False,
+              "constraint_mhz": 150.01}
+    c = pj.clock_from_synth(write_json(tmp_path / "t.json", missed))
+    assert c.measured and c.mhz == 81.17 and "the whole accelerator" in c.source and "not met" in c.source
     # A met design runs at its PLL clock, not at its (higher) Fmax.
     met = {"accel": DEFAULT_ACCEL.to_dict(), "fmax_mhz": 56.9, "timing_met": True, "pll_mhz": 50.0}
     c = pj.clock_from_synth(write_json(tmp_path / "m.json", met))
@@ -202,9 +200,9 @@ def test_clock_is_labelled_by_where_it_comes_from(tmp_path):
 
 
 @pytest.mark.parametrize("content,message", [
-    ({"tile": {}}, "field 'fmax_mhz' is missing"),
-    ({"tile": {}, "fmax_mhz": "fast"}, "field 'fmax_mhz': expected a positive number"),
-    ({"fmax_mhz": 80.0}, "field 'accel' or 'tile' is missing"),
+    ({"accel": {}}, "field 'fmax_mhz' is missing"),
+    ({"accel": {}, "fmax_mhz": "fast"}, "field 'fmax_mhz': expected a positive number"),
+    ({"fmax_mhz": 80.0}, "field 'accel' is missing"),
     ({"accel": {**DEFAULT_ACCEL.to_dict(), "cores": 1}, "fmax_mhz": 80.0}, "field 'accel' is another"),
     ("{not json", "not valid JSON"),
 ])
@@ -287,9 +285,9 @@ def test_replay_vs_batch_on_the_shipped_trace():
 def test_projected_design_fits_and_streams_the_weights():
     cfg = pj.projected_accel(2)
     assert pj.mlp_weight_bytes(cfg) == 3 * 4096 * 11008 == 135_266_304
-    # v2, two cores of PROJECTED_MV: the divisibility rules of AccelConfig and MvCore hold.
+    # Two cores of PROJECTED_MV: the divisibility rules of AccelConfig and MvCore hold.
     mv_in, mv_out = pj.PROJECTED_MV
-    assert (cfg.datapath, cfg.cores, cfg.mv_in, cfg.mv_out) == (2, 2, mv_in, mv_out)
+    assert (cfg.cores, cfg.mv_in, cfg.mv_out) == (2, mv_in, mv_out)
     assert cfg.mac_units == 2 * mv_in * mv_out <= pj.ALVEO_U280.dsp
     assert all(n % m == 0 for n in (cfg.d_model, cfg.chunk_width) for m in (mv_in, mv_out))
     assert cfg.d_model // mv_in >= mv_out and (cfg.chunk_width // mv_in) * (cfg.d_model // mv_out) >= 3
@@ -332,13 +330,10 @@ def test_energy_model_counts_what_replay_skips():
     assert stream == pytest.approx(10 * 135_266_304 * (1300 + 10) / 8 * 1e-12)
     assert s_half["components_j"]["weight_stream"] == pytest.approx(stream / 2)
     assert s_half["dense_equivalent_gops_per_watt"] > s_dense["gops_per_watt"]
-    # One on-chip weight byte per MAC on both datapaths (a v2 block serves one row); v2 adds the
-    # cores' accumulators in the output stage as well as each chunk's partial sums.
+    # One on-chip weight byte per MAC (a weight block serves one row); the output stage adds the
+    # cores' accumulators as well as each chunk's partial sums.
     assert dense["pe_weight_reads"] == pytest.approx(2 * 135_266_304 * 10 / 8)
     assert dense["reducer"] == pytest.approx(2 * (cfg.chunks + cfg.cores - 1) * 4096 * 0.1)
-    v1 = pj.group_energy_pj(pj.projected_accel(2, datapath=1), 2, 2, weights_in_dram=True)
-    assert v1["reducer"] == pytest.approx(2 * cfg.chunks * 4096 * 0.1)
-    assert v1["pe_weight_reads"] == dense["pe_weight_reads"]
 
 
 def test_model_sizes_agree_with_the_report():
@@ -354,7 +349,8 @@ def test_model_sizes_agree_with_the_report():
 # ---------------------------------------------------------------------------------------------
 
 def test_cli_writes_refuses_and_names_bad_input(tmp_path, capsys):
-    synth = write_json(tmp_path / "synth.json", {"tile": {"rows": 4}, "fmax_mhz": 80.0, "timing_met": False})
+    synth = write_json(tmp_path / "synth.json", {"accel": DEFAULT_ACCEL.to_dict(), "fmax_mhz": 80.0,
+                                                  "timing_met": False})
     good = {"tau": -1.5, "groups": 256, "rows": 1024, "replay_ratio": 0.797, "cycles_dense": 863_488,
             "cycles_fastcar": 204_981, "cycles_static": 253_276}
     bench = write_json(tmp_path / "bench.json", {"points": [good]})
@@ -366,12 +362,11 @@ def test_cli_writes_refuses_and_names_bad_input(tmp_path, capsys):
     assert rep["clock"]["measured"] and rep["clock"]["mhz"] == 80.0
     md = (out / "report.md").read_text()
     assert "python -m sw.perf.projection --bench" in md
-    # The report follows the datapaths: the shipped one and the projected v2, not v1's geometry.
+    # The report follows the configurations: the shipped one and the projected one.
     cfg7 = pj.projected_accel(2)
     assert rep["shipped"]["mac_units"] == DEFAULT_ACCEL.mac_units
     assert rep["projection"]["mac_units"] == cfg7.mac_units and rep["projection"]["accel"] == cfg7.to_dict()
     assert f"{pj.geometry(DEFAULT_ACCEL)});" in md and f"{pj.geometry(cfg7)} = {cfg7.mac_units:,}" in md
-    assert "3 tiles" not in md
     (out / "report.md").write_text("mine")
     assert pj.main(args) == 1
     assert "already exists; pass --force" in capsys.readouterr().err

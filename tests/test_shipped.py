@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sw.config import DEFAULT_TILE, SHIPPED_MODEL
+from sw.config import DEFAULT_ACCEL, SHIPPED_MODEL
 from sw.golden import int8
 from sw.model.checkpoint import load_checkpoint
 from sw.trace.decode import check_decode_trace, load_decode_trace
@@ -27,7 +27,8 @@ def test_shipped_model_matches_config():
     cfg = ck.model.config
     for k, v in SHIPPED_MODEL.items():
         assert getattr(cfg, k) == v, k
-    assert (DEFAULT_TILE.k_dim, DEFAULT_TILE.n_dim) == (cfg.d_model, cfg.d_ff)
+    accel = DEFAULT_ACCEL
+    assert (accel.d_model, accel.d_ff, accel.layers) == (cfg.d_model, cfg.d_ff, cfg.n_layers)
     assert ck.meta["model"]["spatial_embedding"] is True
 
 
@@ -36,7 +37,6 @@ def test_committed_decode_trace_is_consistent():
     assert check_decode_trace(tr) is None
     m = tr.manifest
     assert 0.1 <= m["replay_ratio"] <= 7 / 8
-    assert m["tile"] == DEFAULT_TILE.to_dict()
     assert m["dims"]["d_model"] == SHIPPED_MODEL["d_model"] and m["dims"]["batch"] == 4
     assert m["frames"] == 8 and m["layers"] == 4 and m["tokens_per_frame"] == 64
     assert len(m["replay_ratio_per_layer"]) == 4

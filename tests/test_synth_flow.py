@@ -1,19 +1,21 @@
-"""The real synthesis flow (YoWASP yosys + nextpnr-ecp5 + ecppack) on a small tile."""
+"""The real synthesis flow (YoWASP yosys + nextpnr-ecp5 + ecppack) on a small accelerator."""
 
 import json
 import subprocess
 import sys
 from pathlib import Path
 
+from tb.board.small_trace import SMALL_ACCEL
+
 REPO = Path(__file__).resolve().parent.parent
 
 
-def test_synth_small_tile(tmp_path):
-    tile = tmp_path / "tile.json"
-    tile.write_text(json.dumps({"rows": 2, "cols": 2, "k_dim": 4, "n_dim": 4}))
+def test_synth_small_accelerator(tmp_path):
+    accel = tmp_path / "accel.json"
+    accel.write_text(json.dumps(SMALL_ACCEL.to_dict()))
     out = tmp_path / "synth"
-    r = subprocess.run([sys.executable, "-m", "hw.flow.synth", "--tile", str(tile), "--build-dir", str(out),
-                        "--mhz", "50"], cwd=REPO, capture_output=True, text=True)
+    r = subprocess.run([sys.executable, "-m", "hw.flow.synth", "--accel", str(accel), "--harness",
+                        "--build-dir", str(out), "--mhz", "50"], cwd=REPO, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr[-3000:]
     report = json.loads((out / "report.json").read_text())
     for key in ("fmax_mhz", "target_mhz", "dsp_used", "dsp_total", "lut4", "ff", "ebr_used",
@@ -21,16 +23,17 @@ def test_synth_small_tile(tmp_path):
         assert key in report, key
     assert Path(report["bitstream"]).stat().st_size > 100_000
     assert report["dsp_total"] == 156 and report["ebr_total"] == 208
-    assert report["dsp_used"] >= 4          # one MULT18X18D per PE at least
-    assert report["fmax_mhz"] > 10 and report["lut4"] > 100
-    assert report["tile"] == {"rows": 2, "cols": 2, "k_dim": 4, "n_dim": 4, "acc_bits": 32}
+    # One MULT18X18D per MAC unit at least, and block RAM for the weights and tables.
+    assert report["dsp_used"] >= SMALL_ACCEL.mac_units and report["ebr_used"] >= 1
+    assert report["fmax_mhz"] > 50 and report["timing_met"] and report["lut4"] > 100
+    assert report["accel"] == SMALL_ACCEL.to_dict()
     assert "fmax" in r.stdout and "DSP" in r.stdout   # the readable table
 
 
-def test_synth_bad_tile_is_one_line(tmp_path):
-    tile = tmp_path / "tile.json"
-    tile.write_text(json.dumps({"rows": 1, "cols": 1, "k_dim": 200000, "n_dim": 1}))
-    r = subprocess.run([sys.executable, "-m", "hw.flow.synth", "--tile", str(tile)], cwd=REPO,
+def test_synth_bad_config_is_one_line(tmp_path):
+    accel = tmp_path / "accel.json"
+    accel.write_text(json.dumps({**SMALL_ACCEL.to_dict(), "d_ff": 17}))
+    r = subprocess.run([sys.executable, "-m", "hw.flow.synth", "--accel", str(accel)], cwd=REPO,
                        capture_output=True, text=True)
     assert r.returncode == 1
-    assert r.stderr.count("\n") == 1 and "could overflow the int32 accumulator" in r.stderr
+    assert r.stderr.count("\n") == 1 and "d_ff=17 is not a multiple of chunks=2" in r.stderr, r.stderr

@@ -254,7 +254,6 @@ def test_cli_reports_unparsable_log_in_one_line(tmp_path, monkeypatch, capsys):
             (tmp_path / f"{name}.bit").write_bytes(b"")
 
     monkeypatch.setattr(synth, "make_platform", lambda board: FakePlatform())
-    monkeypatch.setattr("hw.accel.top.make_top", lambda design=None: None)
     assert synth.main(["--build-dir", str(tmp_path)]) == 1
     err = capsys.readouterr().err.splitlines()   # a "building ..." progress line, then:
     assert err[-1] == (f"hw.flow.synth: error: {tmp_path / 'top.tim'}: field 'fmax_mhz': "

@@ -18,7 +18,7 @@ from tests.test_synth_harness import _leds as harness_leds
 REPO = Path(__file__).resolve().parent.parent
 
 #: The cheapest blocks (under a minute each on 2 cores): the regression check that runs in CI.
-CI_BLOCKS = ("pe", "rob")
+CI_BLOCKS = ("cache", "rob")
 
 
 class _Comb(wiring.Component):
@@ -61,17 +61,17 @@ def _row(name, fmax):
 
 
 def test_check_against_record():
-    record = {"pe": 100.0, "rob": 200.0}
-    assert timing.check_against_record([_row("pe", 95.01), _row("rob", 250.0)], record) == []
-    failures = timing.check_against_record([_row("pe", 94.9), _row("rob", 200.0)], record)
-    assert len(failures) == 1 and failures[0].startswith("pe: Fmax 94.90 MHz is more than 5% below")
+    record = {"cache": 100.0, "rob": 200.0}
+    assert timing.check_against_record([_row("cache", 95.01), _row("rob", 250.0)], record) == []
+    failures = timing.check_against_record([_row("cache", 94.9), _row("rob", 200.0)], record)
+    assert len(failures) == 1 and failures[0].startswith("cache: Fmax 94.90 MHz is more than 5% below")
     assert "no recorded Fmax" in timing.check_against_record([_row("tas", 300.0)], record)[0]
-    assert "boom" in timing.check_against_record([{"block": "pe", "error": "boom"}], record)[0]
+    assert "boom" in timing.check_against_record([{"block": "cache", "error": "boom"}], record)[0]
 
 
 def test_bad_record_names_the_file_and_field(tmp_path):
     bad = tmp_path / "record.json"
-    bad.write_text(json.dumps({"blocks": {"pe": {"fmax": 1}}}))
+    bad.write_text(json.dumps({"blocks": {"cache": {"fmax": 1}}}))
     with pytest.raises(timing.SynthError, match=r"record.json: field 'blocks.\*.fmax_mhz'"):
         timing.load_record(bad)
 

@@ -19,9 +19,9 @@ from sw.config import DEFAULT_ACCEL, AccelConfig
 from sw.golden import quant
 from tests.fragments import Ecp5Stub, instances
 
-V2 = dataclasses.replace(DEFAULT_ACCEL, datapath=2)
-SMALL = AccelConfig(d_model=16, d_ff=64, layers=2, tokens_per_frame=2, batch=4, rows=2, cols=2, cores=2,
-                    chunks=4, gate_lanes=2, tas_lanes=4, mv_in=4, mv_out=4, datapath=2)
+V2 = DEFAULT_ACCEL
+SMALL = AccelConfig(d_model=16, d_ff=64, layers=2, tokens_per_frame=2, batch=4, cores=2,
+                    chunks=4, tas_lanes=4, mv_in=4, mv_out=4)
 
 
 def memories(frag, path=()):

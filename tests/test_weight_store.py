@@ -192,8 +192,8 @@ def test_word_mapping_rejects_bad_input():
 
 @pytest.mark.parametrize("kwargs, error, match", [
     ({"cfg": "default"}, TypeError, "AccelConfig"),
-    ({"cfg": AccelConfig(d_model=48, d_ff=48, layers=1, chunks=1, mv_in=3, mv_out=2, rows=1, cols=1,
-                         gate_lanes=1, tas_lanes=1)}, ValueError, "even mv_in"),
+    ({"cfg": AccelConfig(d_model=48, d_ff=48, layers=1, chunks=1, mv_in=3, mv_out=2, tas_lanes=1)},
+     ValueError, "even mv_in"),
     ({"cfg": DEFAULT_ACCEL, "lanes_per_copy": 5}, ValueError, "lanes_per_copy"),
     ({"cfg": DEFAULT_ACCEL, "trunks": 3}, ValueError, "trunks must divide the 16 group copies"),
     ({"cfg": DEFAULT_ACCEL, "primitive": "yes"}, TypeError, "primitive"),

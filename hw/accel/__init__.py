@@ -1,9 +1,9 @@
 """The FastCar accelerator's blocks, in the order data flows through them.
 
-Rows enter with their TAS operands: ``tas_unit`` / ``tas_group`` decide replay, ``replay_cache`` holds
-the previous frame's MLP outputs, ``dispatcher`` hands computed rows' hidden chunks to free cores
-(v1: ``mlp_core`` on ``gemm_tile`` / ``systolic_array`` / ``pe``, then ``reducer`` and ``requant``;
-v2: ``mlp_engine`` with ``mv_core`` / ``mv_unit`` on one ``weight_store``, then ``row_out``), and
-results leave in order. ``accelerator`` (v1) and ``accelerator_v2`` wire the pieces together;
-``top`` is what ``nox -s synth`` builds.
+Rows enter with their TAS operands: ``tas_group`` decides replay, ``replay_cache`` holds the previous
+frame's MLP outputs, and ``mlp_engine`` computes the rest: its ``dispatcher`` hands computed rows'
+hidden chunks to the ``mv_core`` s (a ``mv_unit`` each, on one ``weight_store``, with
+``requant_lane`` s), and ``row_out`` adds and requantises each row. Results leave in order.
+``accelerator`` wires the pieces together; ``layouts`` and ``mv_layout`` hold what the blocks and
+the host share.
 """

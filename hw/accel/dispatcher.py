@@ -5,7 +5,7 @@ from amaranth import *
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from hw.accel.mlp_core import job_layout
+from hw.accel.layouts import job_layout
 from hw.lib.widths import index_bits
 
 __all__ = ["Dispatcher", "row_job_layout"]

@@ -1,17 +1,22 @@
-"""Layouts shared by both datapaths (:mod:`hw.accel.accelerator`, :mod:`hw.accel.accelerator_v2`)
-and the host: the control word, one input row of a group, the output's ``tuser``, and counter widths."""
+"""Layouts the accelerator's blocks share with each other and with the host: the control word, one
+input row of a group, the TAS unit's row, a core's job, an output row, the output's ``tuser``, the
+scalar requantisation and SiLU-table words, the SiLU table's address rule, and counter widths."""
 
-from amaranth import signed
+from amaranth import Cat, signed, unsigned
 from amaranth.lib import data
 
-from hw.accel.tas_unit import THRESHOLD_BITS
 from hw.lib.widths import index_bits
 from sw.config import AccelConfig
+from sw.golden import quant
 
-__all__ = ["COUNTER_BITS", "FRAME_BITS", "ctrl_layout", "row_in_layout", "out_user_layout"]
+__all__ = ["COUNTER_BITS", "FRAME_BITS", "THRESHOLD_BITS", "ctrl_layout", "row_in_layout", "out_user_layout",
+           "tas_row_layout", "job_layout", "row_out_layout", "h_params_layout", "lut_load_layout",
+           "lut_address"]
 
 COUNTER_BITS = 40
 FRAME_BITS = 8
+#: Width of the threshold: int32 plus the out-of-range values 2**31 ("never") and -2**31 ("always").
+THRESHOLD_BITS = quant.ACC_BITS + 2
 
 
 def ctrl_layout():
@@ -38,4 +43,52 @@ def row_in_layout(cfg: AccelConfig):
 
 
 def out_user_layout(cfg: AccelConfig):
-    return data.StructLayout({"replay": 1, "row": index_bits(cfg.batch)})
+    """The output's ``tuser``: the replay decision, the row within the group and the row's integer
+    TAS (:func:`sw.golden.quant.tas_int`, the score the decision was taken on)."""
+    return data.StructLayout({"replay": 1, "row": index_bits(cfg.batch), "tas": signed(quant.ACC_BITS)})
+
+
+def tas_row_layout(dim, layers, tokens_per_frame, batch, frame_bits=FRAME_BITS):
+    """One row of one group as the TAS group takes it: ``q`` and ``k_prev`` (``dim = heads * head_dim``
+    int8 each), the layer's integer threshold and where the row sits (layer, frame, in-frame index, row)."""
+    return data.StructLayout({
+        "q": data.ArrayLayout(signed(8), dim),
+        "k": data.ArrayLayout(signed(8), dim),
+        "threshold": signed(THRESHOLD_BITS),
+        "layer": index_bits(layers),
+        "frame": frame_bits,
+        "index": index_bits(tokens_per_frame),
+        "row": index_bits(batch),
+    })
+
+
+def job_layout(d_model, layers, chunks, tag_bits):
+    """One unit of work of a core: the MLP input row ``x``, its layer, the hidden chunk and a tag."""
+    return data.StructLayout({
+        "x": data.ArrayLayout(signed(8), d_model),
+        "layer": index_bits(layers),
+        "chunk": index_bits(chunks),
+        "tag": tag_bits,
+    })
+
+
+def row_out_layout(d_model, tag_bits):
+    """One finished MLP output row and the tag of the row it answers."""
+    return data.StructLayout({"y": data.ArrayLayout(signed(8), d_model), "tag": tag_bits})
+
+
+def lut_load_layout(layers=1):
+    """One SiLU-table write: entry ``addr`` (code + 128) of layer ``layer``."""
+    return data.StructLayout({"addr": 8, "layer": index_bits(layers), "value": signed(8)})
+
+
+def h_params_layout():
+    """One scalar requantisation (``mult``, ``shift``): ``act * up`` to ``h``, and a gate, up or down
+    channel's entry in the per-channel tables."""
+    return data.StructLayout({"mult": unsigned(quant.MULT_BITS), "shift": unsigned(quant.SHIFT_BITS)})
+
+
+def lut_address(code):
+    """Table address of an int8 code: ``code + 128``, i.e. the code with its sign bit flipped
+    (:func:`sw.golden.quant.apply_lut`)."""
+    return Cat(code[:7], ~code[7])

@@ -1,4 +1,4 @@
-"""The v2 MLP datapath: dispatcher, two matrix-vector cores on one weight store, the output stage."""
+"""The MLP datapath: dispatcher, two matrix-vector cores on one weight store, the output stage."""
 
 import math
 
@@ -7,10 +7,9 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from hw.accel.dispatcher import Dispatcher, row_job_layout
+from hw.accel.layouts import h_params_layout, lut_load_layout, row_out_layout
 from hw.accel.mv_core import MvCore, gu_rq_load_layout, gu_table_depth, silu_table_address, silu_table_depth
-from hw.accel.reducer import row_out_layout
 from hw.accel.row_out import RowOut, rqd_load_layout
-from hw.accel.swiglu_gate import h_params_layout, lut_load_layout
 from hw.accel.weight_store import WeightStore
 from hw.lib.shared_table import SharedTable
 from sw.config import AccelConfig
@@ -38,7 +37,7 @@ class MlpEngine(wiring.Component):
     Members
     -------
     i : In(stream.Signature(hw.accel.dispatcher.row_job_layout(d_model, layers, tag_bits)))
-    o : Out(stream.Signature(hw.accel.reducer.row_out_layout(d_model, tag_bits)))
+    o : Out(stream.Signature(hw.accel.layouts.row_out_layout(d_model, tag_bits)))
     w : In(...)  weight-block writes (the store's ``w``)
     rq : In(stream.Signature(gu_rq_load_layout(cfg), always_ready=True))  gate/up constants, to every core
     rqd : In(stream.Signature(rqd_load_layout(cfg), always_ready=True))  down constants
@@ -50,6 +49,10 @@ class MlpEngine(wiring.Component):
         A new group: the row accumulators start empty.
     core_busy : Out(1).array(cores)
         The core holds a job, runs a pass or has a chunk waiting for its D pass.
+    finishes : Out(range(cores + 1))
+        Cores that report a finished D pass to the output stage in this cycle (for coverage counts).
+    job_held : Out(1).array(cores)
+        The core's one-job slot is full: it takes no job from the dispatcher (for coverage counts).
     """
 
     def __init__(self, cfg: AccelConfig, *, tag_bits: int):
@@ -70,6 +73,8 @@ class MlpEngine(wiring.Component):
             "static": In(1), "chunk_rr": In(1),
             "group_start": In(1),
             "core_busy": Out(1).array(cfg.cores),
+            "finishes": Out(range(cfg.cores + 1)),
+            "job_held": Out(1).array(cfg.cores),
         })
 
     def elaborate(self, platform):
@@ -110,6 +115,7 @@ class MlpEngine(wiring.Component):
                 core.acc_addr.eq(out.acc_addr), out.acc_data[p].eq(core.acc_data),
                 out.acc_touched[p].eq(core.acc_touched),
                 out.done[p].valid.eq(core.done.valid), out.done[p].p.eq(core.done.p),
-                self.core_busy[p].eq(core.busy),
+                self.core_busy[p].eq(core.busy), self.job_held[p].eq(~core.i.ready),
             ]
+        m.d.comb += self.finishes.eq(sum(m.submodules[f"core_{p}"].done.valid for p in range(P)))
         return m

@@ -4,11 +4,10 @@ from amaranth import *
 from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from hw.accel.mlp_core import job_layout
+from hw.accel.layouts import h_params_layout, job_layout, lut_address, lut_load_layout
 from hw.accel.mv_layout import pass_lengths
 from hw.accel.mv_unit import MvUnit
 from hw.accel.requant_lane import RequantLane
-from hw.accel.swiglu_gate import h_params_layout, lut_load_layout
 from hw.lib.bram import Bram, widest_data_width
 from hw.lib.mult18 import Mult18
 from hw.lib.widths import index_bits, mul_const
@@ -50,7 +49,7 @@ def silu_table_depth(cfg: AccelConfig) -> int:
 
 
 def silu_table_address(p):
-    """The SiLU table's address of a :func:`hw.accel.swiglu_gate.lut_load_layout` write: its ``addr``
+    """The SiLU table's address of a :func:`hw.accel.layouts.lut_load_layout` write: its ``addr``
     (the code + 128) below its ``layer``."""
     return Cat(p.addr, p.layer)
 
@@ -126,7 +125,7 @@ class MvCore(wiring.Component):
 
     Members
     -------
-    i : In(stream.Signature(hw.accel.mlp_core.job_layout(...)))
+    i : In(stream.Signature(hw.accel.layouts.job_layout(...)))
         Jobs.
     w_addr : Out(range(cfg.mv_weight_blocks))
     w_data : In(ArrayLayout(signed(8), mv_in * mv_out))
@@ -417,7 +416,7 @@ class MvCore(wiring.Component):
             lu_we, lu_wa, lu_wd, lu_ra, lu_rd = bram_table(m, "silu", 8, silu_table_depth(cfg))
             m.d.comb += [lu_we.eq(self.lut.valid), lu_wa.eq(silu_table_address(self.lut.p)),
                          lu_wd.eq(self.lut.p.value)]
-        m.d.comb += lu_ra.eq(Cat(code[:7], ~code[7], ctag.layer))     # code + 128
+        m.d.comb += lu_ra.eq(Cat(lut_address(code), ctag.layer))
         g_v = Signal(2)
         g_n = [Signal.like(ctag.n, name=f"g_n_{s}") for s in range(2)]
         m.d.sync += [g_v.eq(Cat(rq_gu.o.valid & ~ctag.mat, g_v[0])), g_n[0].eq(ctag.n), g_n[1].eq(g_n[0])]

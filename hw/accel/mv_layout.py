@@ -1,4 +1,4 @@
-"""Where the v2 datapath finds things: the order of the weight blocks in the weight store, and the
+"""Where the datapath finds things: the order of the weight blocks in the weight store, and the
 addresses of the per-channel requantisation tables. One definition, used by the gateware
 (:class:`hw.accel.mv_core.MvCore`), the host packer and the tests.
 

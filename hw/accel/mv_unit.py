@@ -1,4 +1,4 @@
-"""Weight-resident matrix-vector unit of the v2 datapath: ``n_in x n_out`` int8 MACs per cycle
+"""Weight-resident matrix-vector unit of the MLP datapath: ``n_in x n_out`` int8 MACs per cycle
 into ``n_out`` block accumulators."""
 
 from amaranth import *

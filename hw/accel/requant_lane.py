@@ -4,7 +4,6 @@ from amaranth import *
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from hw.accel.requant import saturate
 from hw.lib.mult18 import WIDTH as DSP_WIDTH
 from hw.lib.mult18 import Mult18, is_ecp5
 from sw.golden import quant
@@ -69,8 +68,39 @@ def shift_right(m, x, sh, *, primitive=False, name="shr"):
     return out
 
 
+def saturate(m, q, up):
+    """Return ``saturate_int8(q + up)`` (:func:`sw.golden.quant.saturate_int8`) for ``up`` in {0, 1}.
+
+    Decided on ``q``'s bits instead of a full-width add and compare (shorter logic): ``q + up``
+    is above 127 when ``q`` is non-negative with a bit above bit 6 set, or ``q = 127`` and
+    ``up``; when ``q`` is below -128 (negative with a 0 above bit 6) the result is -128 whatever
+    ``up`` is. Otherwise it is ``q[:8] + up`` in 8 bits.
+    """
+    assert len(q) > 8, "saturate() expects a value wider than int8"
+    sign = q[-1]
+    upper = q[7:]
+    all_zero = ~upper.any()
+    all_ones = upper.all()
+    low8 = q[:8]
+    hi = Signal(name="sat_hi")
+    lo = Signal(name="sat_lo")
+    m.d.comb += [
+        hi.eq((~sign & ~all_zero) | (all_zero & (low8 == 0x7F) & up)),
+        lo.eq(sign & ~all_ones),
+    ]
+    y = Signal(signed(8), name="sat")
+    with m.If(hi):
+        m.d.comb += y.eq(quant.INT8_MAX)
+    with m.Elif(lo):
+        m.d.comb += y.eq(quant.INT8_MIN)
+    with m.Else():
+        m.d.comb += y.eq(low8 + up)
+    return y
+
+
 def registered_shift_controls(m, shift, width):
-    """:func:`hw.accel.requant.shift_controls` of ``shift`` for ``width``, registered, with ``half`` and
+    """The shift-dependent half of the rounding for a ``width - 1``-bit product, registered:
+    ``(sh, half, below)``, with ``half`` and
     ``below`` decoded bit by bit from ``shift`` (a few LUTs per bit) instead of a decoder and a
     ``width``-bit subtraction (a carry chain after the clamp, which limited the lane to 125 MHz).
     The same values: ``sh = min(shift, width - 1)``, ``half = 2**(sh-1)`` (0 when ``sh == 0``),

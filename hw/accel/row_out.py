@@ -4,11 +4,10 @@ from amaranth import *
 from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from hw.accel.layouts import h_params_layout, row_out_layout
 from hw.accel.mv_core import done_layout
 from hw.accel.mv_layout import pass_lengths
-from hw.accel.reducer import row_out_layout
 from hw.accel.requant_lane import RequantLane
-from hw.accel.swiglu_gate import h_params_layout
 from hw.lib.widths import index_bits, mul_const
 from sw.config import AccelConfig
 
@@ -51,7 +50,7 @@ class RowOut(wiring.Component):
         The cores' accumulator read ports (data one cycle after the address).
     rq : In(stream.Signature(rqd_load_layout(cfg), always_ready=True))
         Down requantisation table writes.
-    o : Out(stream.Signature(hw.accel.reducer.row_out_layout(d_model, tag_bits)))
+    o : Out(stream.Signature(hw.accel.layouts.row_out_layout(d_model, tag_bits)))
         Finished rows.
     """
 

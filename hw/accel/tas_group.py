@@ -4,7 +4,7 @@ from amaranth import *
 from amaranth.lib import data, fifo, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from hw.accel.tas_unit import row_layout
+from hw.accel.layouts import tas_row_layout
 from hw.lib.mult18 import is_ecp5
 from hw.lib.widths import index_bits, mul_const
 from sw.golden import quant
@@ -66,8 +66,8 @@ class TasGroup(wiring.Component):
 
     Row ``b`` of a group always runs on engine ``b``. Each engine computes
     ``tas = sum_e q[e] * k[e]`` (:func:`sw.golden.quant.tas_int`), ``lanes`` products per cycle for
-    ``dim / lanes`` steps, then the decision is taken exactly as :class:`hw.accel.tas_unit.TasUnit` takes
-    it (same drift guard, bit for bit)::
+    ``dim / lanes`` steps, then takes the decision of :func:`sw.golden.quant.replay_decision` with the
+    drift guard of ``sw/golden``, bit for bit::
 
         want    = frame != 0 and tas >= threshold          (sw.golden.quant.replay_decision)
         force   = refresh (frame % refresh_every == 0, when enabled)
@@ -110,7 +110,7 @@ class TasGroup(wiring.Component):
     lanes : int
         Products per cycle per engine (``sw.config.AccelConfig.tas_lanes``).
     frame_bits, chain_bits : int
-        Widths of the frame number and of a chain counter (as :class:`hw.accel.tas_unit.TasUnit`).
+        Widths of the frame number and of a chain counter.
     adds_per_stage : int
         Adder levels between two pipeline registers: 1 (default; two levels per cycle reach only
         119 MHz in ``python -m hw.flow.timing tas_group``, their routing dominates) or 2 (latency 4
@@ -121,13 +121,15 @@ class TasGroup(wiring.Component):
 
     Members
     -------
-    i : In(stream.Signature(hw.accel.tas_unit.row_layout(...)))
+    i : In(stream.Signature(hw.accel.layouts.tas_row_layout(...)))
         One row per beat. ``i.ready`` is high while the engine of ``i.payload.row`` is free and the
         output has room (it depends on ``i.payload.row``).
     o : Out(stream.Signature(group_decision_layout(batch)))
         The decisions in arrival order; ``o.valid`` and ``o.payload`` come from registers.
     refresh_en, refresh_every, max_chain_en, max_chain : In
         Drift-guard configuration (static while rows flow).
+    queue_level : Out(range(latency + 1))
+        Decisions waiting in the output queue (for coverage counts; nothing else reads it).
 
     Attributes
     ----------
@@ -162,7 +164,7 @@ class TasGroup(wiring.Component):
         self._layers, self._n = layers, tokens_per_frame
         self._chain_bits, self._adds = chain_bits, adds_per_stage
         self._primitive_choice = primitive
-        self._layout = row_layout(dim, layers, tokens_per_frame, batch, frame_bits)
+        self._layout = tas_row_layout(dim, layers, tokens_per_frame, batch, frame_bits)
         # Adder levels: the paired partial-product rows, the tree over the 8 * lanes / 2 pair sums
         # (or 8 * lanes rows for one lane), then the accumulator.
         items = 8 * ((lanes + 1) // 2)
@@ -174,6 +176,7 @@ class TasGroup(wiring.Component):
             "o": Out(stream.Signature(group_decision_layout(batch))),
             "refresh_en": In(1), "refresh_every": In(frame_bits),
             "max_chain_en": In(1), "max_chain": In(chain_bits),
+            "queue_level": Out(range(self._decide + 2)),
         })
 
     @property
@@ -351,6 +354,7 @@ class TasGroup(wiring.Component):
 
         # ---- output register + queue, credits -------------------------------------------------
         m.submodules.queue = queue = fifo.SyncFIFO(width=len(dec.as_value()), depth=queue_depth)
+        m.d.comb += self.queue_level.eq(queue.level)
         out = Signal.like(dec, reset_less=True)
         out_valid = Signal()
         out_free = ~out_valid | self.o.ready

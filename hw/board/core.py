@@ -15,7 +15,6 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from hw.accel.accelerator import COUNTER_BITS, Accelerator
-from hw.accel.top import make_accelerator
 from hw.board.uart_bridge import Framing, UartBridge, assign_opcodes, framing
 from hw.board.uart_rx import UartRx, check_clocks_per_bit
 from hw.board.uart_tx import UartTx
@@ -26,7 +25,7 @@ __all__ = ["BoardCore", "LinkFormat", "link_format", "counter_names", "info_byte
            "INFO_MAGIC", "INFO_VERSION", "LED_NAMES"]
 
 INFO_MAGIC = b"FCAR"
-INFO_VERSION = 1
+INFO_VERSION = 2
 WRITES = ("cfg", "x")
 READS = ("y",)
 #: What each of the eight LEDs shows, LED 0 first.
@@ -106,7 +105,7 @@ def _streams(accel: Accelerator) -> dict:
 
 
 def _accel_streams(cfg: AccelConfig) -> dict:
-    accel = make_accelerator(cfg)
+    accel = Accelerator(cfg)
     accel._MustUse__silence = True      # only its signature is wanted here, it is not elaborated
     return _streams(accel)
 
@@ -178,7 +177,7 @@ class BoardCore(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         cfg = self._cfg
-        accel = make_accelerator(cfg)
+        accel = Accelerator(cfg)
         streams = _streams(accel)
         names = counter_names(cfg)
         m.submodules.rx = rx = UartRx(self._clocks_per_bit)

@@ -1,5 +1,6 @@
 """Host side of the accelerator: configuration words and row beats from a decode trace, and the
-reverse for its outputs. Bit layouts come from the gateware's own layouts (``hw/accel/accelerator.py``)."""
+reverse for its outputs. Bit layouts come from the gateware's own layouts (``hw/accel/layouts.py``,
+``hw/accel/accelerator.py``)."""
 
 from __future__ import annotations
 
@@ -9,67 +10,70 @@ import numpy as np
 from amaranth.hdl import Shape
 from amaranth.lib import data
 
-from hw.accel.accelerator import Target, cfg_layout, ctrl_layout, row_in_layout
-from hw.accel.payload import mlp_loads, pack
-from hw.accel.requant import load_layout
-from hw.accel.swiglu_gate import h_params_layout
-from hw.accel.systolic_array import weight_layout
+from hw.accel.accelerator import Target, cfg_layout
+from hw.accel.layouts import ctrl_layout, h_params_layout, lut_load_layout, row_in_layout
+from hw.accel.mv_core import gu_rq_load_layout
+from hw.accel.mv_layout import gu_table_index, weight_blocks
+from hw.accel.payload import pack, pack_int8
+from hw.accel.row_out import rqd_load_layout
 from sw.config import AccelConfig
 
-__all__ = ["trace_layers", "config_words", "pack_struct", "row_beats", "group_frames", "group_beats",
+__all__ = ["trace_layers", "config_words", "ctrl_word", "pack_struct", "row_beats", "group_frames", "group_beats",
            "unpack_y"]
 
 
 def trace_layers(tr) -> list[dict]:
-    """Per layer: weights and integer constants of a decode trace, as :func:`hw.accel.payload.mlp_loads`
-    takes."""
+    """Per layer: weights and integer constants of a decode trace, as :func:`config_words` takes them."""
     return [dict(wg=tr.wg[n], wu=tr.wu[n], wd=tr.wd[n], **tr.layer_consts(n))
             for n in range(tr.dims["layers"])]
 
 
 def config_words(cfg: AccelConfig, layers: list[dict], *, static: bool = False, chunk_rr: bool = False,
                  refresh_every: int | None = None, max_chain: int | None = None) -> list[int]:
-    """Every configuration word for ``layers``: weights, tables and the control word (last), for
-    the datapath ``cfg`` builds (v2: :func:`hw.board.host_v2.config_words_v2`).
+    """Every configuration word of :class:`hw.accel.accelerator.Accelerator` for ``layers`` (as
+    :func:`trace_layers` gives them): weight blocks, tables, and the control word last.
 
     The control word selects the schedule: DRS by default, ``static`` (row ``b`` on core
     ``b mod cores``) or ``chunk_rr`` (chunk ``j`` on core ``j mod cores``; ignored when ``static``).
     """
-    if cfg.datapath == 2:
-        from hw.board.host_v2 import config_words_v2
-        return config_words_v2(cfg, layers, static=static, chunk_rr=chunk_rr, refresh_every=refresh_every,
-                               max_chain=max_chain)
     if len(layers) != cfg.layers:
         raise ValueError(f"{len(layers)} layers of weights for an accelerator built for {cfg.layers}")
     lay = cfg_layout(cfg)
-    t_in, t_dn = cfg.gate_tile, cfg.down_tile
-    banks = cfg.layers * cfg.chunks
-    loads = mlp_loads(layers, cfg.chunks, t_in, t_dn)
     words = []
 
     def add(target, addr, data):
         words.append(pack(lay, {"target": target, "addr": addr, "data": data}))
 
-    for name, target, tile in (("wg", Target.WG, t_in), ("wu", Target.WU, t_in), ("wd", Target.WD, t_dn)):
-        wl = weight_layout(tile, banks)
-        for w in loads[name]:
-            aw = wl["addr"].width
-            add(target, w & ((1 << aw) - 1), w >> aw)
-    for name, target, tile, nb in (("rqg", Target.RQG, t_in, banks), ("rqu", Target.RQU, t_in, banks),
-                                   ("rqd", Target.RQD, t_dn, cfg.layers)):
-        ll = load_layout(cfg.cols, nb * tile.n_tiles)
-        aw = ll["addr"].width
-        for w in loads[name]:
-            add(target, w & ((1 << aw) - 1), w >> aw)
-    for w in loads["lut"]:
-        add(Target.LUT, 0, w)
-    for n, (mult, shift) in enumerate(loads["h"]):
-        add(Target.H, n, pack(h_params_layout(), {"mult": mult, "shift": shift}))
+    for a, blk in enumerate(weight_blocks(cfg, layers)):
+        add(Target.W, a, pack_int8(blk.reshape(-1)))
+    hp = h_params_layout()
+    assert gu_rq_load_layout(cfg)["p"].shape.size == hp.size
+    for n, layer in enumerate(layers):
+        for up, (mk, sk) in enumerate((("mult_g", "shift_g"), ("mult_u", "shift_u"))):
+            for ch in range(cfg.d_ff):
+                add(Target.RQGU, gu_table_index(cfg, up, n, ch),
+                    pack(hp, {"mult": int(layer[mk][ch]), "shift": int(layer[sk][ch])}))
+        for ch in range(cfg.d_model):
+            add(Target.RQD, 0, pack(rqd_load_layout(cfg), {
+                "layer": n, "ob": ch // cfg.mv_out, "n": ch % cfg.mv_out,
+                "p": {"mult": int(layer["mult_d"][ch]), "shift": int(layer["shift_d"][ch])}}))
+        for a in range(256):
+            add(Target.LUT, 0, pack(lut_load_layout(cfg.layers), {"addr": a, "layer": n,
+                                                                  "value": int(layer["lut"][a])}))
+        add(Target.H, n, pack(hp, {"mult": int(layer["mult_h"]), "shift": int(layer["shift_h"])}))
+    words.append(ctrl_word(cfg, static=static, chunk_rr=chunk_rr, refresh_every=refresh_every,
+                           max_chain=max_chain))
+    return words
+
+
+def ctrl_word(cfg: AccelConfig, *, static: bool = False, chunk_rr: bool = False,
+              refresh_every: int | None = None, max_chain: int | None = None) -> int:
+    """The control word alone (the last of :func:`config_words`): the schedule and the drift guard.
+    Written between groups, it changes the schedule of the groups that follow."""
     ctrl = {"static": int(static), "chunk_rr": int(chunk_rr), "refresh_en": int(refresh_every is not None),
             "refresh_every": refresh_every or 0, "max_chain_en": int(max_chain is not None),
             "max_chain": max_chain or 0}
-    add(Target.CTRL, 0, pack(ctrl_layout(), ctrl))
-    return words
+    return pack(cfg_layout(cfg), {"target": Target.CTRL, "addr": 0, "data": pack(ctrl_layout(), ctrl)})
 
 
 @functools.lru_cache(maxsize=16)

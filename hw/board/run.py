@@ -49,15 +49,16 @@ class BoardMismatch(BoardError):
 
 
 class YBeat:
-    """One output row read from the board: ``y`` (int8 array), ``replay``, ``row`` and ``last``."""
+    """One output row read from the board: ``y`` (int8 array), ``replay``, ``row``, ``tas`` and ``last``."""
 
-    __slots__ = ("y", "replay", "row", "last")
+    __slots__ = ("y", "replay", "row", "tas", "last")
 
-    def __init__(self, y, replay, row, last):
-        self.y, self.replay, self.row, self.last = y, replay, row, last
+    def __init__(self, y, replay, row, last, tas=0):
+        self.y, self.replay, self.row, self.last, self.tas = y, replay, row, last, tas
 
     def __repr__(self):
-        return f"YBeat(replay={self.replay}, row={self.row}, last={self.last}, y={self.y.tolist()})"
+        return (f"YBeat(replay={self.replay}, row={self.row}, tas={self.tas}, last={self.last}, "
+                f"y={self.y.tolist()})")
 
 
 class BoardLink:
@@ -169,7 +170,7 @@ class BoardLink:
             tail = int.from_bytes(beat[f.data_bytes:], "little")
             u = user.from_bits(tail & ((1 << f.user_bits) - 1))
             rows.append(YBeat(unpack_y(int.from_bytes(beat[:f.data_bytes], "little"), d),
-                              int(u.replay), int(u.row), (tail >> f.user_bits) & 1))
+                              int(u.replay), int(u.row), (tail >> f.user_bits) & 1, int(u.tas)))
         return rows
 
     def counters(self) -> dict[str, int]:
@@ -208,6 +209,8 @@ def check_group(tr, g: int, rows: list[YBeat]) -> None:
             raise BoardMismatch(f"{at}: the board gave row {beat.row} in its place")
         if beat.last != (b == B - 1):
             raise BoardMismatch(f"{at}: last = {beat.last}, expected {int(b == B - 1)}")
+        if beat.tas != int(tr.tas[g, b]):
+            raise BoardMismatch(f"{at}: TAS {beat.tas}, trace {int(tr.tas[g, b])}")
         if beat.replay != int(tr.replay[g, b]):
             raise BoardMismatch(f"{at}: replay bit {beat.replay}, trace {int(tr.replay[g, b])}")
         bad = np.flatnonzero(beat.y != tr.y[g, b])

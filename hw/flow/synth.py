@@ -3,16 +3,15 @@
 Usage::
 
     python -m hw.flow.synth [--mhz F] [--allow-timing-fail] [--board constraints/ulx3s_85f.toml]
-                       [--baud B] [--accel CFG.json] [--harness | --tile T.json]
+                       [--baud B] [--accel CFG.json] [--harness]
 
 By default the flow builds the board top (:class:`hw.board.top.BoardTop`): the accelerator of
 ``--accel`` (default: the project's default configuration) behind the UART bridge on the ULX3S's
 FTDI pins, which ``python -m hw.board.run`` talks to (``docs/board.md``). ``--harness`` builds
-``hw.accel.top.make_top()`` inside :class:`hw.flow.synth_harness.SynthHarness` instead (LFSR stimulus,
-outputs folded into the LEDs: area and Fmax without the I/O), as ``--tile`` (one GEMM tile) always
-does. Either is clocked from the board's 25 MHz oscillator through an ``EHXPLLL`` at (close to) the
-target frequency (:func:`add_pll_domain`), built with amaranth-boards (yosys, nextpnr-ecp5,
-ecppack; the YoWASP builds by default). Results are parsed from nextpnr's own log (``<name>.tim``
+the accelerator inside :class:`hw.flow.synth_harness.SynthHarness` instead (LFSR stimulus, outputs
+folded into the LEDs: area and Fmax without the I/O). Either is clocked from the board's 25 MHz
+oscillator through an ``EHXPLLL`` at (close to) the target frequency (:func:`add_pll_domain`), built
+with amaranth-boards (yosys, nextpnr-ecp5, ecppack; the YoWASP builds by default). Results are parsed from nextpnr's own log (``<name>.tim``
 in the build directory) and written to ``<build dir>/report.json``.
 
 The flow never hands out a bitstream that misses its clock. ``--mhz`` sets the PLL (default:
@@ -172,7 +171,7 @@ def compute_pll(fin_mhz, target_mhz):
 class HarnessTop(Elaboratable):
     """Synthesis harness on the board: 25 MHz pin -> EHXPLLL -> ``sync`` (reset until lock) ->
     :class:`hw.flow.synth_harness.SynthHarness` around ``dut``, whose outputs are folded into the LEDs.
-    For area and Fmax of a design without its I/O (``python -m hw.flow.synth --harness``, ``--tile``)."""
+    For area and Fmax of a design without its I/O (``python -m hw.flow.synth --harness``)."""
 
     def __init__(self, dut, board, pll, *, register_outputs=False):
         self.dut = dut
@@ -424,14 +423,13 @@ def build_and_parse(platform, top, name, build_dir, overrides=BUILD_OVERRIDES):
 
 
 def make_board_top(design, board, pll, *, harness=False, baud=None):
-    """The top level that is built: :class:`hw.board.top.BoardTop` for an
-    :class:`sw.config.AccelConfig`, or :class:`HarnessTop` around ``hw.accel.top.make_top(design)`` with
-    ``harness`` or for a :class:`sw.config.TileConfig` (a lone tile has no UART bridge)."""
-    from hw.accel.top import make_top
-    from sw.config import TileConfig
+    """The top level that is built for the :class:`sw.config.AccelConfig` ``design``:
+    :class:`hw.board.top.BoardTop`, or with ``harness`` :class:`HarnessTop` around its
+    :class:`hw.accel.accelerator.Accelerator`."""
+    if harness:
+        from hw.accel.accelerator import Accelerator
 
-    if harness or isinstance(design, TileConfig):
-        return HarnessTop(make_top(design), board, pll)
+        return HarnessTop(Accelerator(design), board, pll)
     from hw.board.top import BoardTop, uart_settings
 
     try:
@@ -446,8 +444,7 @@ def run_synth(target_mhz=None, board_file=DEFAULT_BOARD_FILE, build_dir=None, pr
     """Build the bitstream, parse nextpnr's log and write ``report.json``; return the report.
 
     ``progress``, if given, is called with one status line before the (slow) build.
-    ``design`` is an :class:`sw.config.AccelConfig` (the whole accelerator; default
-    :data:`sw.config.DEFAULT_ACCEL`) or a :class:`sw.config.TileConfig` (one GEMM tile).
+    ``design`` is an :class:`sw.config.AccelConfig` (default :data:`sw.config.DEFAULT_ACCEL`).
     The accelerator is built as the board top with its UART bridge (:func:`make_board_top`),
     or inside the synthesis harness with ``harness``; ``baud`` overrides the board file's.
 
@@ -456,7 +453,7 @@ def run_synth(target_mhz=None, board_file=DEFAULT_BOARD_FILE, build_dir=None, pr
     with ``allow_timing_fail`` the bitstream keeps its name and the report carries
     :data:`TIMING_FAIL_WARNING`.
     """
-    from sw.config import DEFAULT_ACCEL, TileConfig
+    from sw.config import DEFAULT_ACCEL
 
     design = design or DEFAULT_ACCEL
 
@@ -490,7 +487,7 @@ def run_synth(target_mhz=None, board_file=DEFAULT_BOARD_FILE, build_dir=None, pr
         "device": board["device"],
         "package": board["package"],
         "speed_grade": board["speed_grade"],
-        ("tile" if isinstance(design, TileConfig) else "accel"): design.to_dict(),
+        "accel": design.to_dict(),
         "target_mhz": target_mhz,
         "pll_mhz": pll.fout_mhz,
         "pll": asdict(pll),
@@ -535,24 +532,14 @@ def main(argv=None):
                         help="UART baud rate of the board top (default: [uart] baud of the board file)")
     parser.add_argument("--accel", default=None,
                         help="accelerator config as JSON (default: the project's default configuration)")
-    which = parser.add_mutually_exclusive_group()
-    which.add_argument("--harness", action="store_true",
-                       help="build the accelerator inside the LFSR synthesis harness instead of the "
-                            "board top with its UART bridge")
-    which.add_argument("--tile", default=None,
-                       help="synthesise one GEMM tile of this geometry (JSON), inside the harness")
+    parser.add_argument("--harness", action="store_true",
+                        help="build the accelerator inside the LFSR synthesis harness instead of the "
+                             "board top with its UART bridge")
     args = parser.parse_args(argv)
-    if args.tile and args.accel:
-        parser.error("argument --tile: not allowed with argument --accel")
     try:
-        from sw.config import AccelConfig, ConfigError, TileConfig
+        from sw.config import AccelConfig, ConfigError
         try:
-            if args.tile:
-                design = TileConfig.from_json(args.tile)
-            elif args.accel:
-                design = AccelConfig.from_json(args.accel)
-            else:
-                design = None
+            design = AccelConfig.from_json(args.accel) if args.accel else None
         except ConfigError as e:
             raise SynthError(str(e)) from None
         report = run_synth(args.mhz, args.board, args.build_dir,

@@ -32,7 +32,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-from amaranth.lib import data, wiring
+from amaranth.lib import data
 
 from hw.flow.synth import (
     DEFAULT_BOARD_FILE,
@@ -59,47 +59,6 @@ RECORD = REPO_ROOT / "constraints" / "timing_record.json"
 DEFAULT_BUILD_DIR = REPO_ROOT / "build" / "timing"
 
 
-class ReduceStage(wiring.Component):
-    """The cores' partial sums into the reducer: :class:`hw.lib.packet_arbiter.PacketArbiter` ->
-    :class:`hw.accel.reducer.Reducer` (with its requantiser), wired as in
-    :class:`hw.accel.accelerator.Accelerator`.
-
-    Members
-    -------
-    i : In(partial stream).array(cores)
-    o : Out(row stream)
-    rq : In(requantisation table load)
-    """
-
-    def __init__(self, cfg):
-        from hw.accel.mlp_core import chunk_tiles, partial_layout
-        from hw.accel.reducer import Reducer
-        from hw.lib.widths import index_bits
-
-        self._cfg = cfg
-        _, t_dn = chunk_tiles(cfg.d_model, cfg.d_ff, cfg.chunks, cfg.rows, cfg.cols)
-        self._partial = partial_layout(cfg.cols, t_dn.n_tiles, cfg.layers, index_bits(cfg.batch))
-        probe = Reducer(cfg.d_model, cfg.cols, layers=cfg.layers, chunks=cfg.chunks, tags=cfg.batch)
-        members = probe.signature.members
-        super().__init__({"i": members["i"].array(cfg.cores), "o": members["o"], "rq": members["rq"]})
-        self._reducer = probe
-
-    def elaborate(self, platform):
-        from amaranth import Module
-
-        from hw.lib.packet_arbiter import PacketArbiter
-
-        m = Module()
-        m.submodules.arb = arb = PacketArbiter(self._partial, self._cfg.cores)
-        m.submodules.red = red = self._reducer
-        for p in range(self._cfg.cores):
-            wiring.connect(m, wiring.flipped(self.i[p]), arb.i[p])
-        wiring.connect(m, arb.o, red.i)
-        wiring.connect(m, red.o, wiring.flipped(self.o))
-        wiring.connect(m, wiring.flipped(self.rq), red.rq)
-        return m
-
-
 def _weights(cfg):
     from hw.accel.weight_store import WeightStore
     return WeightStore(cfg)
@@ -112,43 +71,17 @@ def _mv(cfg):
 
 
 def _mv_core(cfg):
-    import dataclasses
-
     from hw.accel.mv_core import MvCore
     from hw.accel.weight_store import WeightStore
     from hw.lib.widths import index_bits
-    return MvCore(dataclasses.replace(cfg, datapath=2), w_latency=WeightStore.latency,
+    return MvCore(cfg, w_latency=WeightStore.latency,
                   tag_bits=index_bits(cfg.batch))
 
 
 def _row_out(cfg):
-    import dataclasses
-
     from hw.accel.row_out import RowOut
     from hw.lib.widths import index_bits
-    return RowOut(dataclasses.replace(cfg, datapath=2), cores=2, tag_bits=index_bits(cfg.batch))
-
-
-def _pe(cfg):
-    from hw.accel.pe import ProcessingElement
-    return ProcessingElement(cfg.gate_tile.weight_depth * cfg.layers * cfg.chunks, lanes=cfg.cores)
-
-
-def _array(cfg):
-    from hw.accel.systolic_array import SystolicArray
-    return SystolicArray(cfg.gate_tile, lanes=cfg.cores, banks=cfg.layers * cfg.chunks)
-
-
-def _tile(cfg):
-    from hw.accel.gemm_tile import GemmTile
-    return GemmTile(cfg.gate_tile, lanes=cfg.cores, banks=cfg.layers * cfg.chunks)
-
-
-def _swiglu(cfg):
-    from hw.accel.swiglu_gate import SwigluGate
-    from hw.lib.widths import index_bits
-    return SwigluGate(cfg.chunk_width, cfg.gate_lanes, layers=cfg.layers,
-                      tag_bits=index_bits(cfg.layers * cfg.chunks))
+    return RowOut(cfg, cores=2, tag_bits=index_bits(cfg.batch))
 
 
 def _dispatcher(cfg):
@@ -156,13 +89,6 @@ def _dispatcher(cfg):
     from hw.lib.widths import index_bits
     return Dispatcher(cfg.d_model, layers=cfg.layers, chunks=cfg.chunks, cores=cfg.cores,
                       tag_bits=index_bits(cfg.batch))
-
-
-def _tas(cfg):
-    from hw.accel.accelerator import FRAME_BITS
-    from hw.accel.tas_unit import TasUnit
-    return TasUnit(cfg.d_model, cfg.layers, cfg.tokens_per_frame, cfg.batch, lanes=cfg.tas_lanes,
-                   frame_bits=FRAME_BITS)
 
 
 def _tas_group(cfg):
@@ -197,18 +123,12 @@ def _uart(cfg):
 
 #: Block name -> (what it is, factory from an :class:`sw.config.AccelConfig`). In data-flow order.
 BLOCKS = {
-    "mv": ("v2 matrix-vector unit: mv_in x mv_out MULT18X18D, registered adder trees, accumulators", _mv),
-    "mv_core": ("v2 MLP core: pass scheduler, x and h registers, MV unit, gate/up requantiser, SiLU, "
+    "mv": ("matrix-vector unit: mv_in x mv_out MULT18X18D, registered adder trees, accumulators", _mv),
+    "mv_core": ("MLP core: pass scheduler, x and h registers, MV unit, gate/up requantiser, SiLU, "
                 "gated product, row accumulators (weights from the harness)", _mv_core),
-    "row_out": ("v2 output stage: chunk counts, the cores' accumulators added, requantiser lanes", _row_out),
-    "pe": ("one processing element: weight block RAM (both ports), 2 MULT18X18D, partial sums", _pe),
-    "array": ("the gate tile's systolic array of PEs with its skew", _array),
-    "tile": ("one GEMM tile: row sequencer, array, deskew, requantiser, output FIFO", _tile),
-    "swiglu": ("the gating stage: SiLU table, products, requantisation", _swiglu),
+    "row_out": ("output stage: chunk counts, the cores' accumulators added, requantiser lanes", _row_out),
     "dispatcher": ("DRS dispatcher, with the cores' inputs as its outputs", _dispatcher),
-    "reduce": ("packet arbiter + reducer + down requantiser", ReduceStage),
-    "tas": ("TAS unit: dot products, threshold compare, chain counters", _tas),
-    "tas_group": ("v2 front end: TAS of a group's rows in parallel, fabric products", _tas_group),
+    "tas_group": ("front end: TAS of a group's rows in parallel, fabric products", _tas_group),
     "cache": ("replay cache", _cache),
     "rob": ("reorder buffer (in-order output)", _rob),
     "uart": ("UART command bridge (board I/O)", _uart),

@@ -5,9 +5,8 @@ with ``Assert`` and marks the behaviour it must be able to reach with ``Cover``:
 
 - ``harness``: clock, free inputs, previous-cycle registers, the stream rule, internal registers;
 - ``handshake``: the stream rule on every output of a block;
-- ``dispatcher``, ``reorder_buffer``, ``replay_cache``, ``packet_arbiter``: scoreboards;
+- ``dispatcher``, ``reorder_buffer``, ``replay_cache``: scoreboards;
 - ``accelerator``: the host's group contract on the top level;
-- ``accumulators``: accumulator widths, written out and proven for the PE;
 - ``properties``: the list that ``tests/formal`` runs.
 
 ``docs/verification.md`` lists the properties, their depths and which are proven by induction.

@@ -12,11 +12,8 @@ from dataclasses import dataclass
 
 from amaranth.hdl import unsigned
 
-from hw.formal.accelerator import assume_groups
-from hw.formal.accumulators import PartialSumWidth
 from hw.formal.dispatcher import DispatcherWork
 from hw.formal.handshake import StreamHandshake
-from hw.formal.packet_arbiter import PacketArbiterMerge
 from hw.formal.reorder_buffer import ReorderBufferOrder
 from hw.formal.replay_cache import ReplayCacheMemory
 
@@ -27,9 +24,9 @@ def _tiny_accel():
     from sw.config import AccelConfig
 
     # The smallest accelerator that still has two cores, two chunks per row, two rows per group
-    # and the whole dataflow (TAS, cache, dispatcher, cores, arbiter, reducer, reorder buffer).
-    return AccelConfig(d_model=2, d_ff=4, layers=1, tokens_per_frame=1, batch=2, rows=1, cols=1,
-                       cores=2, chunks=2, gate_lanes=1, tas_lanes=2, mv_in=1, mv_out=1, datapath=1)
+    # and the whole dataflow (TAS, cache, dispatcher, cores, output stage, reorder buffer).
+    return AccelConfig(d_model=2, d_ff=4, layers=1, tokens_per_frame=2, batch=2, cores=2, chunks=2,
+                       tas_lanes=2, mv_in=1, mv_out=1)
 
 
 TINY_ACCEL = _tiny_accel()
@@ -83,12 +80,6 @@ def _dispatcher(cls):
     return cls(2, layers=2, chunks=3, cores=3, tag_bits=2)
 
 
-def _arbiter(cls):
-    from amaranth.lib import data
-
-    return cls(data.StructLayout({"data": 2, "last": 1}), 3)
-
-
 PROPERTIES = [
     # --- stream handshake (valid held with a stable payload until ready) ----------------------
     Property("handshake_dispatcher", "dispatcher o[0..2]: valid and payload held until ready "
@@ -102,13 +93,6 @@ PROPERTIES = [
     Property("handshake_replay_cache", "replay cache read data o: valid and payload held until ready",
              "hw/accel/replay_cache.py", "ReplayCache",
              lambda cls: StreamHandshake(cls(1, 3, 3, 2), inputs=["i"], outputs=["o"]), "prove", 4),
-    Property("handshake_packet_arbiter", "packet arbiter o: valid and payload held until ready",
-             "hw/lib/packet_arbiter.py", "PacketArbiter",
-             lambda cls: StreamHandshake(_arbiter(cls), inputs=["i"], outputs=["o"]), "prove", 4),
-    Property("handshake_accelerator", "accelerator y (tiny config): valid and payload held until "
-             "ready, with the host's group contract", "hw/accel/accelerator.py", "Accelerator",
-             lambda cls: StreamHandshake(cls(TINY_ACCEL), inputs=["x"], outputs=["y"],
-                                         assume=assume_groups), "bmc", 32, deep=60),
     # --- work conservation, order, memory -----------------------------------------------------
     Property("dispatcher_drs", "DRS: every row's chunks dispatched exactly once, in order, no idling",
              "hw/accel/dispatcher.py", "Dispatcher",
@@ -125,13 +109,6 @@ PROPERTIES = [
     Property("replay_cache_memory", "replay cache: addresses in range; each entry reads back its "
              "last write", "hw/accel/replay_cache.py", "ReplayCache",
              lambda cls: ReplayCacheMemory(dut_class=cls), "bmc", 24),
-    Property("packet_arbiter_merge", "packet arbiter: one beat in per beat out, payload unchanged, "
-             "packets not interleaved, valid held", "hw/lib/packet_arbiter.py", "PacketArbiter",
-             lambda cls: PacketArbiterMerge(dut_class=cls), "prove", 4),
-    # --- widths --------------------------------------------------------------------------------
-    Property("partial_sum_width", "PE partial sum of 4 int8 products in sum_bits(4) bits never wraps",
-             "sw/golden/quant.py", "sum_bits",
-             lambda fn: PartialSumWidth(4, fn(4)), "prove", 1),
 ]
 
 

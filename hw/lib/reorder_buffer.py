@@ -29,6 +29,8 @@ class ReorderBuffer(wiring.Component):
     i : In(stream.Signature({tag, data}))
     o : Out(stream.Signature(shape))
     head : Out(range(depth))
+    occupied : Out(depth)
+        Which slots hold a result (for coverage counts; nothing else reads it).
     """
 
     def __init__(self, shape, depth):
@@ -40,6 +42,7 @@ class ReorderBuffer(wiring.Component):
             "i": In(stream.Signature(data.StructLayout({"tag": tag_bits, "data": shape}))),
             "o": Out(stream.Signature(shape)),
             "head": Out(tag_bits),
+            "occupied": Out(depth),
         })
 
     def elaborate(self, platform):
@@ -47,6 +50,7 @@ class ReorderBuffer(wiring.Component):
         D = self._depth
         slots = Array(Signal(self._shape, name=f"slot_{n}") for n in range(D))
         full = Signal(D)
+        m.d.comb += self.occupied.eq(full)
         m.d.comb += [
             self.i.ready.eq(~full.bit_select(self.i.p.tag, 1)),
             self.o.valid.eq(full.bit_select(self.head, 1)),

@@ -4,7 +4,7 @@ Usage::
 
     python -m sw.perf.projection [--bench build/bench/report.json | --no-bench] [--bench-trace DIR ...]
                             [--synth build/synth/ulx3s_85f/report.json] [--assume-mhz MHZ]
-                            [--trace golden/fastcar] [--fpga-mhz 300] [--projected-datapath {1,2}]
+                            [--trace golden/fastcar] [--fpga-mhz 300]
                             [--out build/projection] [--force]
 
 Three parts, each labelled in the output by where its numbers come from:
@@ -14,13 +14,12 @@ Three parts, each labelled in the output by where its numbers come from:
    shipped trace, turned into milliseconds per frame and per 8-frame video and into GOPS, at the
    clock the bitstream runs at (``pll_mhz`` of the synthesis report when timing is met; a report
    that misses timing gives its ``fmax_mhz``, labelled as a clock no bitstream runs at) or at a
-   clock given with ``--assume-mhz``, which is then reported as assumed. Every figure follows the
-   datapath of the configuration (``AccelConfig.datapath``; MAC units are ``cfg.mac_units``).
+   clock given with ``--assume-mhz``, which is then reported as assumed. MAC units are
+   ``cfg.mac_units``.
 2. **Projection** of the same architecture to VILA-U-7B (32 layers, d 4096, d_ff 11008, 256
    tokens per frame, 8 frames, CFG batch 2) on an AMD Alveo U280, with the MLP weights streamed
-   from HBM. The architecture is the v2 datapath (:func:`projected_accel`; ``--projected-datapath 1``
-   gives the earlier v1 projection). The compute time of a group is the RTL-checked schedule of
-   :mod:`sw.perf.cycles` (v1) or :mod:`sw.perf.cycles_v2` (v2) at the larger geometry; the weight time is
+   from HBM (:func:`projected_accel`). The compute time of a group is the RTL-checked schedule of
+   :mod:`sw.perf.cycles` at the larger geometry; the weight time is
    bytes over bandwidth; a group takes the larger of the two.
    Replay removes weight traffic only from groups in which every row replays, so the fraction of
    such groups is measured on the decode traces for B = 1, 2 and 4 rows and, for larger B,
@@ -132,13 +131,9 @@ def clock_from_synth(path, cfg: AccelConfig = DEFAULT_ACCEL) -> Clock:
             raise ProjectionError(f"{path}: field 'accel' is another configuration than the one "
                                   f"benchmarked ({cfg.to_dict()}); pass --assume-mhz or a matching report")
         design = "the whole accelerator"
-    elif isinstance(rep.get("tile"), dict):
-        t = rep["tile"]
-        design = (f"one GEMM tile only ({t.get('rows')}x{t.get('cols')} array, K {t.get('k_dim')}, "
-                  f"N {t.get('n_dim')}), not the whole accelerator, which has no routed Fmax")
     else:
-        raise ProjectionError(f"{path}: field 'accel' or 'tile' is missing: cannot tell which design "
-                              f"the Fmax belongs to")
+        raise ProjectionError(f"{path}: field 'accel' is missing: cannot tell which design the Fmax "
+                              f"belongs to")
     met = rep.get("timing_met")
     if met and "pll_mhz" in rep:
         pll = float(_positive(rep["pll_mhz"], path, "pll_mhz"))
@@ -172,8 +167,8 @@ def real_units(cfg: AccelConfig, cycles: float, clock: Clock, *, frames: int, co
     Parameters
     ----------
     cfg : AccelConfig
-        The accelerator; ``cfg.mac_units`` is the number of MAC units of its datapath (v1: 3 tiles
-        x rows x cols per core; v2: one ``mv_in x mv_out`` unit per core).
+        The accelerator; ``cfg.mac_units`` is the number of MAC units (one ``mv_in x mv_out`` unit
+        per core).
     cycles : float
         Cycles of the whole batch (all frames, all layers).
     clock : Clock
@@ -275,8 +270,8 @@ def bench_point_units(cfg: AccelConfig, point: dict, clock: Clock, *, frames: in
 
 
 def trace_units(cfg: AccelConfig, replay: np.ndarray, clock: Clock, *, frames: int, frame=None) -> dict:
-    """Real units of a whole trace from the cycle model (``sw.perf.cycles``: for v1 within 2 % of the
-    RTL, for v2 :mod:`sw.perf.cycles_v2`, equal to the RTL on every group).
+    """Real units of a whole trace from the cycle model (:mod:`sw.perf.cycles`, equal to the RTL on
+    every group).
 
     With ``frame`` (the frame of every group) also ``ms_by_frame``: the latency of each frame.
     """
@@ -398,56 +393,47 @@ ALVEO_U280 = Fpga(name="AMD Alveo U280", part="XCU280", dsp=9024, hbm_gb_s=460.0
                          "UG1393: 32 x 14.375 GB/s HBM pseudo channels")
 
 
-#: ``mv_in x mv_out`` of each core of the projected v2 accelerator (:func:`projected_accel`).
+#: ``mv_in x mv_out`` of each core of the projected accelerator (:func:`projected_accel`).
 PROJECTED_MV = (64, 64)
 
 
-def projected_accel(batch: int = VILA_U_7B["batch"], datapath: int = 2) -> AccelConfig:
+def projected_accel(batch: int = VILA_U_7B["batch"]) -> AccelConfig:
     """The shipped architecture scaled to VILA-U-7B: 2 cores, 43 chunks of 256 hidden channels.
 
-    ``datapath=2`` (the default, as the shipped accelerator): each core one weight-resident
+    As the shipped accelerator, each core is one weight-resident
     :data:`PROJECTED_MV` = 64 x 64 matrix-vector unit, ``2 x 64 x 64 = 8,192`` MAC units, 91 % of
     the U280's 9,024 DSP slices. ``d_model = 4096 = 2**12`` allows only powers of two for
     ``mv_in`` and ``mv_out``, so two cores have 4,096 (45 %) or 8,192 (91 %) MAC units, nothing in
-    between; v1 kept 32 % of the DSPs for its requantisers, gating stage and TAS unit (52 of 148
-    DSPs on the ECP5), but v2's TAS has no DSP, and its other DSPs at this size are about 136
+    between. The TAS has no DSP, and the other DSPs at this size are about 136
     (``mv_out`` output requantisers of two DSPs each, four per core for gate/up, SwiGLU product and
-    ``h``): 8,328 in all, 92 % (the shipped v2 uses 138 of the ECP5's 156, 88 %). The constraints
+    ``h``): 8,328 in all, 92 % (the shipped accelerator uses 138 of the ECP5's 156, 88 %). The constraints
     hold: ``d_model`` and the chunk width 256 are multiples of 64, a GU run (``d_model / mv_in = 64``
     cycles) is no shorter than the ``mv_out = 64`` outputs its requantiser serialises, a D pass is
-    ``(256 / 64) (4096 / 64) = 256 >= 3`` cycles. ``rows`` and ``cols`` are v1 fields, unused by v2.
-
-    ``datapath=1``: the earlier projection, ``2 cores x 3 tiles x 32 x 32 = 6,144`` MAC units (68 %).
+    ``(256 / 64) (4096 / 64) = 256 >= 3`` cycles.
 
     ``layers`` only sizes the replay cache here: the weights are streamed.
     """
     v = VILA_U_7B
     mv_in, mv_out = PROJECTED_MV
     return AccelConfig(d_model=v["d_model"], d_ff=v["d_ff"], layers=v["layers"],
-                       tokens_per_frame=v["tokens_per_frame"], batch=batch, rows=32, cols=32, cores=2,
-                       chunks=43, gate_lanes=16, tas_lanes=64, mv_in=mv_in, mv_out=mv_out, datapath=datapath)
+                       tokens_per_frame=v["tokens_per_frame"], batch=batch, cores=2,
+                       chunks=43, tas_lanes=64, mv_in=mv_in, mv_out=mv_out)
 
 
 def geometry(cfg: AccelConfig) -> str:
-    """The MAC units of ``cfg``'s datapath, as a product (for the report's text)."""
-    if cfg.datapath == 2:
-        return f"{cfg.cores} cores x one {cfg.mv_in} x {cfg.mv_out} matrix-vector unit"
-    return f"{cfg.cores} cores x 3 tiles x {cfg.rows} x {cfg.cols}"
+    """The MAC units of ``cfg``, as a product (for the report's text)."""
+    return f"{cfg.cores} cores x one {cfg.mv_in} x {cfg.mv_out} matrix-vector unit"
 
 
 def compute_cycles(cfg: AccelConfig, mask) -> int:
     """Cycles of one DRS group from the configuration's cycle model (:func:`sw.perf.cycles.group_cycles`).
 
-    For v2 :func:`sw.perf.cycles_v2.group_cycles_v2` is called directly, with its step limit raised
-    above the default 2**20 cycles (a dense 7B group of B = 32 rows on 4,096 MAC units would need
-    more than that): four times the MAC-bound cycles of the group plus 2**16.
+    Its step limit is raised above the default 2**20 cycles (a dense 7B group of B = 32 rows on
+    4,096 MAC units would need more than that): four times the MAC-bound cycles of the group plus
+    2**16.
     """
-    if cfg.datapath == 2:
-        from sw.perf.cycles_v2 import group_cycles_v2
-
-        ideal = mlp_macs(cfg, list(mask).count(0)) // cfg.mac_units
-        return group_cycles_v2(cfg, mask, "drs", limit=max(1 << 20, 4 * ideal + (1 << 16)))
-    return group_cycles(cfg, mask)
+    ideal = mlp_macs(cfg, list(mask).count(0)) // cfg.mac_units
+    return group_cycles(cfg, mask, "drs", limit=max(1 << 20, 4 * ideal + (1 << 16)))
 
 
 def mlp_weight_bytes(cfg: AccelConfig) -> int:
@@ -497,9 +483,9 @@ def group_time(cfg: AccelConfig, fpga: Fpga, clock_mhz: float, mask) -> dict:
     -----
     Fetching a layer's weights once per group assumes chunk-major issue: chunk ``j`` of every
     computed row while chunk ``j``'s weights are in an on-chip double buffer (2 x 3 MB at 7B). The
-    RTL's dispatcher (v1 and v2 alike) hands out a row's chunks one after another; its cycle model,
+    RTL's dispatcher hands out a row's chunks one after another; its cycle model,
     whose schedule gives ``compute``, is taken as the compute time of the chunk-major order (the
-    same chunks on the same cores). In v2 a job is one chunk of one row: each core reads one
+    same chunks on the same cores). A job is one chunk of one row: each core reads one
     ``mv_in x mv_out`` weight block (4,096 bytes at 64 x 64) from the on-chip buffer per cycle and
     uses it for that row only.
     """
@@ -562,16 +548,15 @@ def layer_masks(replay: np.ndarray, layer: np.ndarray, rows) -> dict[int, np.nda
             for n in np.unique(layer)}
 
 
-def project_video(v: dict, fpga: Fpga, clock_mhz: float, masks_by_layer: dict, batch: int,
-                  datapath: int = 2) -> dict:
+def project_video(v: dict, fpga: Fpga, clock_mhz: float, masks_by_layer: dict, batch: int) -> dict:
     """Time of one batch of ``batch`` rows (``batch / 2`` videos) at 7B, per layer group and in all,
-    on ``projected_accel(batch, datapath)``.
+    on ``projected_accel(batch)``.
 
     Trace layer ``n`` of ``n_trace`` stands for the 7B layers ``n * L / n_trace`` to
     ``(n + 1) * L / n_trace - 1`` (the same relative depth); within it, the mean group time over
     the trace's masks is taken for every one of the ``frames * N`` decode steps.
     """
-    cfg = projected_accel(batch, datapath)
+    cfg = projected_accel(batch)
     n_trace = len(masks_by_layer)
     per_layer = v["layers"] // n_trace
     steps = v["frames"] * v["tokens_per_frame"]
@@ -598,9 +583,9 @@ def project_video(v: dict, fpga: Fpga, clock_mhz: float, masks_by_layer: dict, b
             "decoder_fastcar_s": fast_s + attn_s, "decoder_speedup": (dense_s + attn_s) / (fast_s + attn_s)}
 
 
-def project_independent(v, fpga, clock_mhz, replay, layer, frame, batch: int, datapath: int = 2) -> dict:
+def project_independent(v, fpga, clock_mhz, replay, layer, frame, batch: int) -> dict:
     """:func:`project_video` for ``batch`` rows that replay independently (model, for B > trace rows)."""
-    cfg = projected_accel(batch, datapath)
+    cfg = projected_accel(batch)
     steps, hz = v["frames"] * v["tokens_per_frame"], clock_mhz * 1e6
     layers = np.unique(layer)
     per_layer = v["layers"] // len(layers)
@@ -662,17 +647,13 @@ def group_energy_pj(cfg: AccelConfig, computed: float, rows: int, *, weights_in_
     written). Not counted: registers, wires, clocking, control, the host link and static power. On
     an FPGA these dominate, so the result is a lower bound on any real FPGA's energy.
 
-    The datapaths (``cfg.datapath``) differ only in where the weights and the partial sums go:
-
-    * v1: every processing element reads its weight from its own memory for each MAC; the
-      reducer adds the chunks' partial sums, ``chunks * d`` adds per computed row.
-    * v2 (:class:`hw.accel.mv_core.MvCore`): a job is one chunk of *one* row, so each core reads one
-      ``mv_in x mv_out`` weight block from the block-RAM weight store per cycle and uses every
-      weight in it for one MAC of that row: still one weight byte read per MAC, not one per block
-      shared by the group's rows. Each D pass adds its ``d`` partial sums into the row's
-      accumulator in the core (``chunks * d`` adds per computed row) and the output stage
-      (:class:`hw.accel.row_out.RowOut`) adds the cores' accumulators, ``(cores - 1) * d`` more.
-      The ``reducer`` entry counts both.
+    Weights and partial sums (:class:`hw.accel.mv_core.MvCore`): a job is one chunk of *one* row,
+    so each core reads one ``mv_in x mv_out`` weight block from the block-RAM weight store per cycle
+    and uses every weight in it for one MAC of that row: one weight byte read per MAC, not one per
+    block shared by the group's rows. Each D pass adds its ``d`` partial sums into the row's
+    accumulator in the core (``chunks * d`` adds per computed row) and the output stage
+    (:class:`hw.accel.row_out.RowOut`) adds the cores' accumulators, ``(cores - 1) * d`` more. The
+    ``reducer`` entry counts both.
     """
     e = HOROWITZ_45NM_PJ
     sram_b = _per_byte(e["sram_8kb_read_64bit"])
@@ -690,8 +671,7 @@ def group_energy_pj(cfg: AccelConfig, computed: float, rows: int, *, weights_in_
 
 def _partial_sum_adds(cfg: AccelConfig) -> int:
     """32-bit adds of partial sums per computed row (see :func:`group_energy_pj`)."""
-    adds = cfg.chunks * cfg.d_model
-    return adds + (cfg.cores - 1) * cfg.d_model if cfg.datapath == 2 else adds
+    return cfg.chunks * cfg.d_model + (cfg.cores - 1) * cfg.d_model
 
 
 def stream_energy_pj(cfg: AccelConfig, groups_with_compute: float, dram_pj_64bit: float) -> float:
@@ -755,34 +735,33 @@ def accel_summary(cfg: AccelConfig, fpga: Fpga, clock_mhz: float) -> dict:
             "dsp_fraction": cfg.mac_units / fpga.dsp, "peak_gops": 2 * cfg.mac_units * clock_mhz / 1e3}
 
 
-def projection_section(fpga, clock_mhz, tr, bench_traces, datapath: int = 2) -> dict:
-    """The 7B projection on ``projected_accel(2, datapath)``: masks from the trace's CFG pairs,
+def projection_section(fpga, clock_mhz, tr, bench_traces) -> dict:
+    """The 7B projection on ``projected_accel(2)``: masks from the trace's CFG pairs,
     B sweep, per bench trace (sorted by tau)."""
     v = VILA_U_7B
     R, L, F = tr.replay.astype(np.uint8), tr.group_layer, tr.group_frame
-    cfg = projected_accel(v["batch"], datapath)
+    cfg = projected_accel(v["batch"])
     summary = accel_summary(cfg, fpga, clock_mhz)
     B = R.shape[1]
-    main = project_video(v, fpga, clock_mhz, layer_masks(R, L, cfg_pairs(B)), 2, datapath)
+    main = project_video(v, fpga, clock_mhz, layer_masks(R, L, cfg_pairs(B)), 2)
     sweep = []
     runs = [(b, row_subsets(B, b), MEASURED) for b in (1, 2, 4) if b <= B]
     if B >= 2 and B % 2 == 0:
         runs.insert(2, (2, cfg_pairs(B), MEASURED_CFG))
     for b, subsets, source in runs:
-        p = project_video(v, fpga, clock_mhz, layer_masks(R, L, subsets), b, datapath)
+        p = project_video(v, fpga, clock_mhz, layer_masks(R, L, subsets), b)
         sweep.append({"batch": b, "source": source,
                       **{k: p[k] for k in ("videos", "mlp_dense_s", "mlp_fastcar_s", "mlp_speedup",
                                            "ideal_compute_bound")},
                       "dense_bound": p["layer_groups"][0]["dense_bound"]})
     for b in (1, 2, 4, 8, 16, 32):
-        sweep.append({**project_independent(v, fpga, clock_mhz, R, L, F, b, datapath),
+        sweep.append({**project_independent(v, fpga, clock_mhz, R, L, F, b),
                       "source": INDEPENDENT})
     per_trace = []
     for path in bench_traces:
         t = _trace(path)
         Rt = t.replay.astype(np.uint8)
-        p = project_video(v, fpga, clock_mhz, layer_masks(Rt, t.group_layer, cfg_pairs(Rt.shape[1])), 2,
-                          datapath)
+        p = project_video(v, fpga, clock_mhz, layer_masks(Rt, t.group_layer, cfg_pairs(Rt.shape[1])), 2)
         per_trace.append({"trace": str(path), "tau": t.manifest["decode"]["tau"][0],
                           "replay_ratio": float(Rt.mean()),
                           "all_replay_cfg_pairs": float(np.mean([all_replay_fraction(Rt, s)
@@ -853,12 +832,12 @@ def pick_clock(synth, assume_mhz, cfg: AccelConfig) -> tuple[Clock, Clock | None
 
 
 def build_report(*, bench, synth, assume_mhz, trace, fpga_mhz, bench_traces_from_report=True,
-                 bench_traces=(), projected_datapath: int = 2) -> dict:
+                 bench_traces=()) -> dict:
     """Everything the CLI writes, as one dict.
 
     ``bench_traces`` are decode traces for the per-trace 7B table, after those the bench report
-    names (with ``bench_traces_from_report``); ``projected_datapath`` chooses the 7B accelerator
-    (:func:`projected_accel`). The shipped sections use :data:`sw.config.DEFAULT_ACCEL`.
+    names (with ``bench_traces_from_report``). The shipped sections use
+    :data:`sw.config.DEFAULT_ACCEL`, the projection :func:`projected_accel`.
     """
     cfg = DEFAULT_ACCEL
     clock, measured = pick_clock(synth, assume_mhz, cfg)
@@ -873,7 +852,7 @@ def build_report(*, bench, synth, assume_mhz, trace, fpga_mhz, bench_traces_from
             raise ProjectionError(f"{t}: --bench-trace: no such decode trace directory")
         if str(t) not in traces:
             traces.append(str(t))
-    proj = projection_section(ALVEO_U280, fpga_mhz, tr, traces, projected_datapath)
+    proj = projection_section(ALVEO_U280, fpga_mhz, tr, traces)
     return {"sources": {"bench": str(bench) if bench else None, "bench_config": bench_note,
                         "synth": str(synth) if synth else None, "trace": str(trace)},
             "clock": asdict(clock), "measured_clock": asdict(measured) if measured else None,
@@ -892,7 +871,7 @@ def render_md(rep: dict, command: str) -> str:
     sc = AccelConfig.from_dict(s["config"])
     out = [f"# Performance projection\n\nProduced by `{command}`.\n",
            f"Clock of the shipped accelerator: **{clk['mhz']:g} MHz**, {clk['source']}.\n",
-           f"## Shipped model on the ECP5 accelerator (real units, datapath v{sc.datapath})\n",
+           "## Shipped model on the ECP5 accelerator (real units)\n",
            f"MAC units: {s['mac_units']} ({geometry(sc)}); peak {_f(s['peak_gops'])} GOPS "
            f"(2 operations per MAC). One batch is B = {sc.batch} rows: {s['videos_per_batch']} videos of "
            f"{s['frames']} frames with their CFG rows, generated together.\n"]
@@ -912,9 +891,7 @@ def render_md(rep: dict, command: str) -> str:
                        f"| {fc['mac_utilization']:.2f} |")
         out.append("")
     w = s["whole_trace_model"]
-    agreement = ("equal to the RTL's cycle counter on every group of the accelerator regression"
-                 if sc.datapath == 2 else
-                 "the bench and the accelerator regression hold the model to 2 % of the RTL on every group")
+    agreement = "equal to the RTL's cycle counter on every group of the accelerator regression"
     out += [f"Cycle model on the whole shipped trace (all {w['groups']:,} groups, current configuration; "
             f"{agreement}):\n",
             "| run | cycles | ms/video | ms/frame | achieved GOPS | MAC utilisation |",
@@ -933,7 +910,7 @@ def render_md(rep: dict, command: str) -> str:
             f"Device: {f['name']} ({f['part']}), {f['dsp']:,} DSP slices, HBM2 {f['hbm_gb_s']:g} GB/s "
             f"({f['hbm_gib']:g} GB), DDR4 {f['ddr_gb_s']:g} GB/s; figures from {f['source']}. "
             f"Clock {p['clock_source']}.\n",
-            f"Accelerator (datapath v{pc.datapath}): {geometry(pc)} = {p['mac_units']:,} MAC units "
+            f"Accelerator: {geometry(pc)} = {p['mac_units']:,} MAC units "
             f"({p['dsp_fraction']:.0%} of the DSP slices), peak "
             f"{_f(p['peak_gops'], 0)} GOPS; {pc.chunks} chunks of {pc.chunk_width} hidden channels. "
             f"MLP weights per layer: 3 x {pc.d_model} x {pc.d_ff} = {p['mlp_weight_bytes_per_layer']:,} "
@@ -1067,8 +1044,6 @@ def main(argv=None) -> int:
                          "figures come from the cycle model on the whole trace only")
     ap.add_argument("--bench-trace", type=Path, action="append", default=[], metavar="DIR",
                     help="a decode trace for the per-trace 7B table, besides the bench report's (repeatable)")
-    ap.add_argument("--projected-datapath", type=int, choices=(1, 2), default=2,
-                    help="datapath of the projected 7B accelerator (default 2; 1 gives the v1 projection)")
     ap.add_argument("--synth", type=Path, default=DEFAULT_SYNTH, help="synthesis report with 'fmax_mhz'")
     ap.add_argument("--assume-mhz", type=float, default=None,
                     help="use this clock for the shipped accelerator instead (reported as assumed)")
@@ -1090,8 +1065,7 @@ def main(argv=None) -> int:
 
     try:
         rep = build_report(bench=bench, synth=args.synth, assume_mhz=args.assume_mhz, trace=args.trace,
-                           fpga_mhz=args.fpga_mhz, bench_traces=args.bench_trace,
-                           projected_datapath=args.projected_datapath)
+                           fpga_mhz=args.fpga_mhz, bench_traces=args.bench_trace)
     except (ProjectionError, ConfigError) as e:
         print(f"sw.perf.projection: {e}", file=sys.stderr)
         return 2

@@ -40,7 +40,7 @@ class System:
     """Every assumption of the model, with where it comes from."""
 
     clock_mhz: float = 50.0            # the board top's PLL: the clock a routed whole chip meets today
-    macs: int = 128                    # v2 datapath: 2 cores x 8 x 8 MAC units
+    macs: int = 128                    # 2 cores x 8 x 8 MAC units
     mac_utilisation: float = 0.93      # measured on the MLP (nox -s bench); assumed for the projections
     elementwise_per_cycle: int = 8     # norms, RoPE, softmax, residuals: 8 elements per cycle (assumed)
     sdram_mhz: float = 100.0           # ULX3S SDRAM (16 bit) behind LiteDRAM at 100 MHz (assumed)

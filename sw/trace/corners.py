@@ -193,7 +193,7 @@ PATTERNS = {
 
 def build(*, seed: int = SEED) -> tuple[dict, dict]:
     """The corner trace's manifest fields and tensors (``sw.trace.decode.write_decode_trace`` input)."""
-    from sw.config import DEFAULT_ACCEL, DEFAULT_TILE
+    from sw.config import DEFAULT_ACCEL
 
     cfg = DEFAULT_ACCEL
     L, d, f, B = cfg.layers, cfg.d_model, cfg.d_ff, cfg.batch
@@ -283,7 +283,6 @@ def build(*, seed: int = SEED) -> tuple[dict, dict]:
     manifest = {
         "source": "python sw/export_trace.py --corners",
         "model": None,
-        "tile": DEFAULT_TILE.to_dict(),
         "dims": {"layers": L, "groups": G, "batch": B, "d_model": d, "d_ff": f, "n_heads": H, "head_dim": dh},
         "layers": L, "frames": F, "tokens_per_frame": N,
         "decode": {"prompts": [], "rows": ["constructed"] * B, "row_order": "constructed rows",

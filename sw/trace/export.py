@@ -1,4 +1,4 @@
-"""Export golden traces: FastCar decode traces from the shipped model, or a single-layer GEMM trace.
+"""Export golden traces: FastCar decode traces from the shipped model, whole-step traces, the corner trace.
 
 With no arguments, ``python sw/export_trace.py`` loads the shipped model and its stored integer
 constants (``int8.safetensors``, :mod:`sw.golden.int8`; ``--recalibrate`` calibrates them from the float
@@ -10,19 +10,10 @@ does not depend on the CPU's float kernels (``docs/quantization.md``, "What is r
 machines"). ``nox -s sim`` checks the committed copy in ``golden/fastcar``;
 ``nox -s sim -- --trace build/traces/fastcar`` checks a fresh one.
 
-With ``--linear``, it writes the small single-layer trace described below instead.
-
-The float side of ``--linear`` is a PyTorch ``nn.Linear`` (no bias, as in LLaMA's MLP) fed with a batch of
-activations; the spec in ``sw/golden/quant.py`` turns weights, activations and the output scale into
-int8 tensors and integer requantisation parameters, and the integer golden model computes the
-expected int8 output. The result is a trace directory (``golden/README.md``) that ``nox -s sim``
-checks the RTL against, bit for bit.
-
 Usage::
 
     python sw/export_trace.py                                   # decode trace of the shipped model
     python sw/export_trace.py --prompt "red square moves up" --tau -2 --frames 8 --out DIR --force
-    python sw/export_trace.py --linear --out build/traces/gemm_tile --batch 32 --seed 3
     python sw/export_trace.py --corners --out golden/corners --force   # the corner-case trace
 """
 
@@ -37,68 +28,15 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
 
 import numpy as np
 
-from sw.config import DEFAULT_TILE, ConfigError, TileConfig
+from sw.config import ConfigError
 from sw.golden import quant
 from sw.golden.calibrate import integer_constants
 from sw.model.fastcar import DEFAULT_TAU
-from sw.trace.store import TraceError, write_gemm_trace
+from sw.trace.store import TraceError
 
 #: Default batch: two prompts, each with its conditional and unconditional (CFG) row.
 DEFAULT_EXPORT_PROMPTS = 2
 DEFAULT_CFG = 1.5
-
-
-def quantize_linear(weight: np.ndarray, x: np.ndarray, y_float: np.ndarray):
-    """Quantise one linear layer and its input/output by the spec.
-
-    Parameters
-    ----------
-    weight : ndarray [K, N]
-        Float weights (``y = x @ weight``).
-    x : ndarray [B, K]
-        Float activations.
-    y_float : ndarray [B, N]
-        Float reference output, used only to choose the output scale.
-
-    Returns
-    -------
-    dict with int8 ``x``, ``w``, ``y`` and integer ``mult``, ``shift``, plus the float scales.
-    """
-    w_q, s_w = quant.quantize_weight(weight)
-    s_x = quant.activation_scale(x)
-    s_y = quant.activation_scale(y_float)
-    x_q = quant.quantize_activation(x, s_x)
-    mult, shift = quant.scale_to_mult_shift(s_x * s_w / s_y)
-    y_q = quant.gemm_int8(x_q, w_q, mult, shift)
-    return {"x": x_q, "w": w_q, "mult": mult, "shift": shift, "y": y_q, "s_x": s_x, "s_y": s_y}
-
-
-def export_linear_trace(out, tile: TileConfig = DEFAULT_TILE, *, batch: int = 16, seed: int = 0,
-                        force: bool = False) -> dict:
-    """Build a seeded ``torch.nn.Linear`` of the tile's shape, quantise it and write the trace."""
-    import torch
-
-    from sw import budget
-
-    floats = batch * (tile.k_dim + tile.n_dim) * 8
-    budget.check(f"--batch {batch}", {"float rows (x, y)": 2 * floats,
-                                      "int8 rows and golden model": batch * (tile.k_dim + tile.n_dim) * 9},
-                 disk={"trace": batch * (tile.k_dim + tile.n_dim)}, out=out)
-    torch.manual_seed(seed)
-    layer = torch.nn.Linear(tile.k_dim, tile.n_dim, bias=False)
-    # Activations like an MLP input after RMSNorm: roughly unit scale, with a few outliers.
-    x = torch.randn(batch, tile.k_dim) * (1 + 2 * (torch.rand(batch, tile.k_dim) > 0.97))
-    with torch.no_grad():
-        y = layer(x)
-    weight = layer.weight.detach().double().numpy().T          # [K, N]
-    q = quantize_linear(weight, x.double().numpy(), y.double().numpy())
-    y_deq = q["y"].astype(np.float64) * q["s_y"]
-    rel_err = float(np.linalg.norm(y_deq - y.double().numpy()) / np.linalg.norm(y.double().numpy()))
-    src = (f"torch.nn.Linear({tile.k_dim}, {tile.n_dim}, bias=False), torch.manual_seed({seed}), "
-           f"batch {batch}; torch {torch.__version__}; int8 output relative error {rel_err:.4f}")
-    write_gemm_trace(out, tile, x=q["x"], w=q["w"], mult=q["mult"], shift=q["shift"], y=q["y"],
-                     source=src, force=force)
-    return {"out": str(out), "batch": batch, "relative_error": rel_err}
 
 
 def rollout(ckpt, ip, prompts, frames: int, *, fastcar, sparse=None, cfg_scale=DEFAULT_CFG, seed: int = 0,
@@ -210,7 +148,6 @@ def export_decode_trace(out, *, checkpoint=None, prompts=None, frames: int = 8, 
     manifest = {
         "source": f"python sw/export_trace.py (checkpoint {ckpt.path.name}, torch {torch.__version__})",
         "model": mc.to_dict(),
-        "tile": DEFAULT_TILE.to_dict(),
         "dims": {"layers": L, "groups": G, "batch": B, "d_model": d, "d_ff": f, "n_heads": H, "head_dim": dh},
         "layers": L, "frames": frames, "tokens_per_frame": mc.tokens_per_frame,
         "decode": {"prompts": prompts, "rows": ["cond", "uncond"] if cfg_scale else ["cond"],
@@ -238,7 +175,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, default=None,
-                    help="trace directory (default: build/traces/fastcar, or build/traces/gemm_tile)")
+                    help="trace directory (default: build/traces/fastcar, full_step or corners)")
     ap.add_argument("--prompt", action="append", help="prompt (repeatable; default: two default prompts)")
     ap.add_argument("--frames", type=int, default=8, help="frames to generate (default: %(default)s)")
     ap.add_argument("--tau", type=str, default=str(DEFAULT_TAU),
@@ -260,31 +197,18 @@ def main(argv=None) -> int:
                          "reading them; nothing is written but the trace (python -m sw.golden --calibrate "
                          "writes a new int8.safetensors)")
     ap.add_argument("--seed", type=int, default=0, help="sampling seed (default: %(default)s)")
-    ap.add_argument("--linear", action="store_true", help="write a single-layer GEMM trace instead")
     ap.add_argument("--full-step", action="store_true",
                     help="write a full-step trace instead: the whole decode step in integers "
                          "(sw/golden/step.py), block by block (default --out build/traces/full_step)")
     ap.add_argument("--corners", action="store_true",
                     help="write the directed corner-case trace instead (constructed integers, "
                          "sw/trace/corners.py; default --out build/traces/corners)")
-    ap.add_argument("--tile", type=Path, default=None, help="--linear: tile geometry as JSON")
-    ap.add_argument("--batch", type=int, default=16,
-                    help="--linear: rows of activations (default: %(default)s)")
     ap.add_argument("--threads", type=int, default=1,
                     help="torch threads of the float rollout (default: %(default)s; the tiny matrices run "
                          "fastest on one, and the trace does not depend on it)")
     ap.add_argument("--force", action="store_true", help="overwrite an existing trace directory")
     args = ap.parse_args(argv)
     try:
-        if args.linear:
-            if args.batch < 1:
-                raise TraceError(f"--batch must be at least 1, not {args.batch}")
-            tile = TileConfig.from_json(args.tile) if args.tile else DEFAULT_TILE
-            out = args.out or Path("build/traces/gemm_tile")
-            info = export_linear_trace(out, tile, batch=args.batch, seed=args.seed, force=args.force)
-            print(f"wrote {info['out']}: {info['batch']} rows, tile {tile.to_dict()}, "
-                  f"int8 vs float relative error {info['relative_error']:.4f}")
-            return 0
         if args.full_step:
             from sw.trace.full_step import export_full_step
 

@@ -1,8 +1,9 @@
-"""Golden trace directories: writing, loading, validating, comparing.
+"""Trace directories from the command line: validating, comparing.
 
 A trace directory holds ``manifest.json`` and one ``.npy`` file per tensor (format described in
-``golden/README.md``). Everything a testbench or user feeds in is validated here, so that a bad
-file gives one :class:`TraceError` that names the file and the field.
+``golden/README.md``): a decode trace (:mod:`sw.trace.decode`) or a whole-step trace
+(:mod:`sw.trace.full_step`). Everything a testbench or user feeds in is validated there, so that a
+bad file gives one :class:`TraceError` that names the file and the field.
 
 Run ``python -m sw.trace DIR`` to validate a directory from the command line.
 """
@@ -10,116 +11,15 @@ Run ``python -m sw.trace DIR`` to validate a directory from the command line.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from sw.atomic import atomic_dir
-from sw.config import ConfigError, TileConfig
-from sw.golden import quant
-from sw.trace.format import FORMAT, MANIFEST, VERSION, TraceError, load_tensor, read_manifest, trace_kind
+from sw.trace.format import TraceError, trace_kind
 
-#: tensor name -> (dtype, shape in terms of B, K, N)
-GEMM_TENSORS = {
-    "x": ("int8", ("B", "K")),
-    "w": ("int8", ("K", "N")),
-    "mult": ("uint16", ("N",)),
-    "shift": ("uint8", ("N",)),
-    "y": ("int8", ("B", "N")),
-}
-
-
-@dataclass
-class GemmTrace:
-    """One GEMM-tile trace: ``y = gemm_int8(x, w, mult, shift)`` on geometry ``tile``."""
-
-    path: Path
-    tile: TileConfig
-    x: np.ndarray
-    w: np.ndarray
-    mult: np.ndarray
-    shift: np.ndarray
-    y: np.ndarray
-    source: str = ""
-
-    @property
-    def batch(self) -> int:
-        return self.x.shape[0]
-
-
-def write_gemm_trace(out, tile: TileConfig, *, x, w, mult, shift, y, source: str = "",
-                     force: bool = False) -> Path:
-    """Write a GEMM trace directory atomically (temporary directory, then rename)."""
-    out = Path(out)
-    tensors = {"x": x, "w": w, "mult": mult, "shift": shift, "y": y}
-    for name, (dtype, _) in GEMM_TENSORS.items():
-        tensors[name] = np.ascontiguousarray(np.asarray(tensors[name]).astype(dtype, casting="unsafe"))
-    _check_gemm(out, tile, tensors)
-    if out.exists() and not force:
-        raise TraceError(f"{out}: already exists; pass --force to overwrite")
-    with atomic_dir(out, force=True) as tmp:
-        manifest = {
-            "format": FORMAT, "version": VERSION, "kind": "gemm_tile", "source": source,
-            "tile": tile.to_dict(),
-            "tensors": {n: {"file": f"{n}.npy", "dtype": str(a.dtype), "shape": list(a.shape)}
-                        for n, a in tensors.items()},
-        }
-        for name, arr in tensors.items():
-            np.save(tmp / f"{name}.npy", arr, allow_pickle=False)
-        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
-    return out
-
-
-def _check_gemm(where: Path, tile: TileConfig, tensors: dict):
-    dims = {"B": tensors["x"].shape[0] if tensors["x"].ndim == 2 else None,
-            "K": tile.k_dim, "N": tile.n_dim}
-    for name, (dtype, shape) in GEMM_TENSORS.items():
-        arr = tensors[name]
-        f = where / f"{name}.npy"
-        if str(arr.dtype) != dtype:
-            raise TraceError(f"{f}: field '{name}' has dtype {arr.dtype}, expected {dtype}")
-        want = tuple(dims[s] for s in shape)
-        if arr.shape != want:
-            pretty = ", ".join(f"{s}={dims[s]}" for s in shape)
-            raise TraceError(f"{f}: field '{name}' has shape {arr.shape}, expected {want} ({pretty})")
-    if dims["B"] is None or dims["B"] < 1:
-        raise TraceError(f"{where / 'x.npy'}: field 'x' needs at least one row")
-    if tensors["shift"].size and int(tensors["shift"].max()) > quant.SHIFT_MAX:
-        raise TraceError(f"{where / 'shift.npy'}: field 'shift' has {int(tensors['shift'].max())}, "
-                         f"above the spec's maximum {quant.SHIFT_MAX}")
-
-
-def load_trace(d, tile: TileConfig | None = None) -> GemmTrace:
-    """Load and validate a trace directory. If ``tile`` is given, the trace must match it."""
-    d = Path(d)
-    man = read_manifest(d)
-    mpath = d / MANIFEST
-    if man.get("kind") != "gemm_tile":
-        raise TraceError(f"{mpath}: field 'kind' is {man.get('kind')!r}; supported: 'gemm_tile'")
-    try:
-        ttile = TileConfig.from_dict(man.get("tile"), source=f"{mpath}: field 'tile'")
-    except ConfigError as e:
-        raise TraceError(str(e)) from None
-    if tile is not None and ttile != tile:
-        raise TraceError(f"{mpath}: field 'tile' is {ttile.to_dict()}, but the design is built for "
-                         f"{tile.to_dict()}")
-    tensors = {}
-    for name in GEMM_TENSORS:
-        arr = load_tensor(d, man, name)
-        ent = man["tensors"][name]
-        f = d / ent["file"]
-        if ent.get("dtype") != str(arr.dtype):
-            raise TraceError(f"{f}: field '{name}' has dtype {arr.dtype}, manifest says {ent.get('dtype')}")
-        if list(arr.shape) != ent.get("shape"):
-            raise TraceError(f"{f}: field '{name}' has shape {list(arr.shape)}, "
-                             f"manifest says {ent.get('shape')}")
-        tensors[name] = arr
-    _check_gemm(d, ttile, tensors)
-    return GemmTrace(path=d, tile=ttile, source=str(man.get("source", "")), **tensors)
+__all__ = ["TraceError", "first_mismatch", "main"]
 
 
 def first_mismatch(got, want, name: str = "y") -> str | None:
@@ -134,13 +34,6 @@ def first_mismatch(got, want, name: str = "y") -> str | None:
     where = ", ".join(map(str, idx))
     return (f"{name}[{where}]: got {int(got[idx])}, expected {int(want[idx])} "
             f"({len(diff)} of {want.size} elements differ)")
-
-
-def check_golden(trace: GemmTrace) -> str | None:
-    """Recompute ``y`` with the golden model; ``None`` if the stored ``y`` agrees."""
-    model = quant.gemm_int8(trace.x, trace.w, trace.mult, trace.shift)
-    msg = first_mismatch(model, trace.y, "y")
-    return None if msg is None else f"{trace.path / 'y.npy'}: golden model disagrees with stored {msg}"
 
 
 def main(argv=None) -> int:
@@ -181,9 +74,8 @@ def main(argv=None) -> int:
             summary = (f"fastcar_decode, {dt.dims['groups']} groups x {dt.dims['batch']} rows, "
                        f"replay ratio {dt.manifest['replay_ratio']:.3f}")
         else:
-            tr = load_trace(args.trace)
-            msg = check_golden(tr)
-            summary = f"gemm_tile {tr.tile.to_dict()}, {tr.batch} rows"
+            raise TraceError(f"{args.trace / 'manifest.json'}: field 'kind' is {trace_kind(args.trace)!r}; "
+                             f"supported: 'fastcar_decode', 'fastcar_full_step'")
     except (TraceError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

@@ -8,8 +8,11 @@
                      ever replays its own earlier outputs)
 ``FASTCAR_SEED``     seed of the idle/backpressure generators
 ``FASTCAR_STALL``    probability of an idle cycle on the inputs and of backpressure on the output
-``FASTCAR_MODES``    comma-separated runs: ``drs``, ``chunk_rr`` (chunk round-robin), ``static``,
-                     ``dense`` (tau = +inf, no replay; DRS)
+``FASTCAR_MODES``    comma-separated runs, one after the other in this simulator: ``drs``, ``chunk_rr``
+                     (chunk round-robin), ``static``, ``dense`` (tau = +inf, no replay; DRS), or
+                     ``mixed`` (a seeded random schedule for every group, the control word written
+                     between groups). The first run sends every configuration word through the
+                     stream; the later ones only the control word (the weights and tables stay).
 ``FASTCAR_REPORT``   JSON file to write the measured cycles into
 ``FASTCAR_LOG_EVERY`` a progress line every N groups (default 256)
 
@@ -19,11 +22,18 @@ The testbench has no Python that runs on every clock cycle unless the run asks f
 - ``m_axis_y``: cocotbext-axi ``AxiStreamSink`` at frame level, one list element per beat
   (``byte_size`` = the bus width); it sleeps while ``tvalid`` is low.
 - ``s_axis_x``: an ``AxiStreamMonitor`` the same way, whose frames are the scoreboard's rows in.
-- ``s_axis_x`` and ``s_axis_cfg`` with stalls: cocotbext-axi ``AxiStreamSource`` with pause generators
-  (:func:`tb.stalls.random_pauses`), at frame level. Without stalls: :class:`BeatDriver` drives the
-  signals directly, one beat at a time, and sleeps until ``tready`` (the source model polls every
-  cycle while it holds a beat, which would cost more than the simulator itself).
+- ``s_axis_cfg`` with stalls: cocotbext-axi ``AxiStreamSource`` with a pause generator
+  (:func:`tb.stalls.random_pauses`), at frame level; ``m_axis_y``'s sink has one too.
+- ``s_axis_x``, and ``s_axis_cfg`` without stalls: :class:`BeatDriver` drives the signals directly,
+  one beat at a time, and sleeps until ``tready`` (the source model polls every cycle while it
+  holds a beat, which would cost more than the simulator itself); with stalls, idle cycles before
+  each beat (:func:`x_gaps`).
 - Per-group cycles: the DUT's ``group_cycles`` counter, read once per output frame after its ``tlast``.
+- Coverage: the DUT is built with its coverage counters (``hw.accel.accelerator.coverage_events``),
+  read at the start and the end of each run; the report gives each run's counts.
+
+With stalls, the input ``x`` also pauses now and then before a row for a length that lines the
+cores' passes up (:func:`x_gaps`), so that both finish a pass in the same cycle.
 """
 
 import json
@@ -37,7 +47,9 @@ from cocotb.triggers import ClockCycles, Edge, Event, FallingEdge, ReadOnly, Ris
 from cocotb.utils import get_sim_time
 from cocotbext.axi import AxiStreamBus, AxiStreamFrame, AxiStreamMonitor, AxiStreamSink, AxiStreamSource
 
-from hw.board.host import group_frames, trace_layers
+from hw.accel.accelerator import coverage_events
+from hw.accel.layouts import out_user_layout
+from hw.board.host import ctrl_word, group_frames, trace_layers
 from sw.config import AccelConfig
 from sw.golden import quant
 from sw.perf.cycles import trace_cycles
@@ -48,6 +60,10 @@ from tb.runner import design_key
 from tb.stalls import random_pauses
 
 CLOCK_NS = 10
+#: The schedules a control word selects.
+SCHEDULES = ("drs", "chunk_rr", "static")
+#: Share of the groups of a stall run with one long pause before a row (:func:`x_gaps`).
+ALIGN_P = 1 / 2
 #: Progress line every this many groups (``FASTCAR_LOG_EVERY``).
 LOG_EVERY = max(1, int(os.environ.get("FASTCAR_LOG_EVERY", "256")))
 
@@ -77,8 +93,9 @@ class BeatDriver:
             if self.ready and self._wake is not None:
                 self._wake.set()
 
-    async def send(self, frames):
-        """Send ``frames`` (lists of beat values; ``tlast`` on the last beat of each) back to back."""
+    async def send(self, frames, gaps=None):
+        """Send ``frames`` (lists of beat values; ``tlast`` on the last beat of each) back to back;
+        ``gaps(n, i)``: idle cycles (``tvalid`` low) before beat ``i`` of frame ``n``."""
         bus, edge = self.bus, RisingEdge(self.clock)
         await edge
         # tready as it is after the last change: at a rising edge, its value before that edge.
@@ -89,6 +106,11 @@ class BeatDriver:
             for n, beats in enumerate(frames):
                 last = len(beats) - 1
                 for i, value in enumerate(beats):
+                    idle = gaps(n, i) if gaps else 0
+                    if idle:
+                        bus.tvalid.value = 0
+                        await ClockCycles(self.clock, idle)     # resumes just after a rising edge
+                        bus.tvalid.value = 1
                     bus.tdata.value = value
                     if self.has_tlast and i in (0, last):
                         bus.tlast.value = int(i == last)
@@ -125,30 +147,31 @@ class TB:
         for p in ("s_axis_cfg", "s_axis_x"):
             self.bus[p].tvalid.value = 0
             self.bus[p].tdata.value = 0
-        self.cfg_src = self.x_src = None
-        self.stall = 0.0
+        self.cfg_src = None
+        self.stall, self.x_gaps = 0.0, None
+        self.second_computed = {}     # frame -> its second computed row (x_gaps)
         self.width = width
         for h in (self.y_sink, self.x_mon):
             h.log.setLevel("WARNING")
 
     def set_stalls(self, seed, p):
         """Random idle cycles on both inputs and backpressure on the output with probability ``p``
-        (cocotbext-axi sources and pause generators); ``p = 0``: the direct drivers."""
+        (a cocotbext-axi source and sink with pause generators on ``cfg`` and ``y``; on ``x`` the
+        direct driver with the same idle cycles drawn per beat, :func:`x_gaps`); ``p = 0``: the
+        direct drivers and no backpressure."""
         self.stall = p
         if p:
             if self.cfg_src is None:
                 self.cfg_src = AxiStreamSource(self.bus["s_axis_cfg"], self.dut.clk, self.dut.rst,
                                                byte_size=self.width["s_axis_cfg"])
-                self.x_src = AxiStreamSource(self.bus["s_axis_x"], self.dut.clk, self.dut.rst,
-                                             byte_size=self.width["s_axis_x"])
-                for h in (self.cfg_src, self.x_src):
-                    h.log.setLevel("WARNING")
-            for k, src in enumerate((self.cfg_src, self.x_src)):
-                src.set_pause_generator(random_pauses(seed + k, p))
+                self.cfg_src.log.setLevel("WARNING")
+            self.cfg_src.set_pause_generator(random_pauses(seed, p))
+            self.x_gaps = x_gaps(seed + 1, p, sum(self.cfg.mv_blocks_per_chunk), self.second_computed)
             self.y_sink.set_pause_generator(random_pauses(seed + 7, p))
         else:
             if self.cfg_src is not None:
                 raise RuntimeError("a testbench with stalls cannot switch to the direct drivers")
+            self.x_gaps = None
             self.y_sink.set_pause_generator(None)
 
     async def reset(self):
@@ -157,26 +180,28 @@ class TB:
         self.dut.rst.value = 0
         await ClockCycles(self.dut.clk, 2)
 
-    async def send(self, stream: str, frames, on_frame=None):
+    async def send(self, stream: str, frames, on_frame=None, first: int = 0):
         """``frames`` (lists of beat values) on ``cfg`` or ``x``, through whichever driver is set
-        (``on_frame(n)``: called when frame ``n`` has been taken, without stalls only)."""
-        if self.stall:
-            src = self.cfg_src if stream == "cfg" else self.x_src
+        (``on_frame(n)``: called when frame ``n`` has been taken, without stalls only; ``first``:
+        the number of the first of ``frames`` in the run)."""
+        if self.stall and stream == "cfg":
             for beats in frames:
-                await src.send(AxiStreamFrame(list(beats)))
-            await src.wait()
+                await self.cfg_src.send(AxiStreamFrame(list(beats)))
+            await self.cfg_src.wait()
         else:
-            await BeatDriver(self.bus[f"s_axis_{stream}"], self.dut.clk, on_frame).send(frames)
+            gaps = None
+            if stream == "x" and self.x_gaps is not None:
+                def gaps(n, i):
+                    return self.x_gaps(first + n, i)
+            await BeatDriver(self.bus[f"s_axis_{stream}"], self.dut.clk, on_frame).send(frames, gaps)
 
     async def drop_inputs(self):
         """The host side of a reset: whatever was queued for the interrupted run is dropped."""
         if self.stall:
-            self.x_src.clear()
             self.cfg_src.clear()
-        else:
-            await FallingEdge(self.dut.clk)
-            for p in ("s_axis_cfg", "s_axis_x"):
-                self.bus[p].tvalid.value = 0
+        await FallingEdge(self.dut.clk)
+        for p in ("s_axis_cfg", "s_axis_x") if not self.stall else ("s_axis_x",):
+            self.bus[p].tvalid.value = 0
         self.y_sink.clear()
 
     async def configure(self, words):
@@ -186,6 +211,37 @@ class TB:
             # Python wake-up per cycle.
             self.cfg_src.set_pause_generator(None)
         await ClockCycles(self.dut.clk, 4)
+
+
+def x_gaps(seed: int, p: float, period: int, second_computed: dict):
+    """Idle cycles before each row on ``x`` in the stall runs, as ``gaps(frame, beat)``: as many as a
+    pause with probability ``p`` in every cycle gives, and in a share :data:`ALIGN_P` of the groups one
+    long pause before the group's second computed row (``second_computed[frame]``, set by the run),
+    of a length that lines the two rows' passes up on two cores under the static schedule
+    (``period`` = one chunk's GU and D blocks; the cycle model, stepped with such gaps, finds these
+    lengths), so that both cores finish a pass in the same cycle."""
+    import random
+
+    rng = random.Random(seed)
+    align = [period - 3, period - 1]
+    chosen = {}
+
+    def gaps(n, i):
+        if n not in chosen:
+            k = second_computed.get(n)
+            chosen[n] = (k, rng.choice(align)) if k is not None and rng.random() < ALIGN_P else None
+        if chosen[n] is not None and chosen[n][0] == i:
+            return chosen[n][1]
+        k = 0
+        while rng.random() < p:
+            k += 1
+        return k
+
+    return gaps
+
+
+def _signed(v: int, bits: int) -> int:
+    return v - (1 << bits) if v >> (bits - 1) else v
 
 
 def beat_user(frame, beat):
@@ -214,35 +270,80 @@ def expected(tr, groups, mode):
     return {g: tr.y[g] for g in groups}, {g: tr.replay[g] for g in groups}
 
 
-async def run_mode(dut, tr, cfg, groups, mode, seed, stall, log, *, reset=True, tb=None):
+def read_counters(dut, cfg) -> dict:
+    """The DUT's counters now (the coverage counters included)."""
+    names = ["total_cycles", "groups", "rows_replayed", "rows_computed",
+             *(f"core_busy_{p}" for p in range(cfg.cores)), *coverage_events(cfg)]
+    return {name: int(getattr(dut, name).value) for name in names}
+
+
+def schedules(mode: str, n: int, seed: int) -> list[str]:
+    """The schedule of each of ``n`` groups in ``mode`` (``mixed``: seeded random, changing often)."""
+    import random
+
+    if mode == "mixed":
+        rng = random.Random(seed)
+        return [rng.choice(SCHEDULES) for _ in range(n)]
+    return ["drs" if mode == "dense" else mode] * n
+
+
+async def run_mode(dut, tr, cfg, groups, mode, seed, stall, log, *, reset=True, tb=None, configured=False):
     """All ``groups`` of the trace in ``mode``; returns cycles per group and the counters.
-    ``tb``: bus models to reuse (one set per bus, so that only one sink drives ``tready``)."""
+    ``tb``: bus models to reuse (one set per bus, so that only one sink drives ``tready``);
+    ``configured``: the weights and tables are in from an earlier run, only the control word is sent."""
     tb = tb or TB(dut, cfg)
     tb.set_stalls(seed, stall)
     if reset:
         await tb.reset()
-    wall0, cpu0, sim0 = time.perf_counter(), time.process_time(), get_sim_time("ns")
-    await tb.configure(cached_config_words(cfg, trace_layers(tr), static=(mode == "static"),
-                                           chunk_rr=(mode == "chunk_rr"),
-                                           refresh_every=tr.manifest["decode"].get("refresh_every"),
-                                           max_chain=tr.manifest["decode"].get("max_chain")))
+    cpu0, sim0 = time.process_time(), get_sim_time("ns")
+    guard = {"refresh_every": tr.manifest["decode"].get("refresh_every"),
+             "max_chain": tr.manifest["decode"].get("max_chain")}
+    sched = schedules(mode, len(groups), seed)
+    ctrl = {s: ctrl_word(cfg, static=(s == "static"), chunk_rr=(s == "chunk_rr"), **guard) for s in SCHEDULES}
+    if configured:
+        await tb.configure([ctrl[sched[0]]])
+    else:
+        await tb.configure(cached_config_words(cfg, trace_layers(tr), static=(sched[0] == "static"),
+                                               chunk_rr=(sched[0] == "chunk_rr"), **guard))
     config_cycles = int((get_sim_time("ns") - sim0) // CLOCK_NS)
     config_cpu = time.process_time() - cpu0
+    wall1, cpu1, sim1 = time.perf_counter(), time.process_time(), get_sim_time("ns")
     B, d = tr.dims["batch"], tr.dims["d_model"]
     y_bytes, rows = tb.width["m_axis_y"] // 8, np.arange(B)
     threshold = None if mode != "dense" else quant.THRESHOLD_NEVER
     want_y, want_r = expected(tr, groups, mode)
     frames = group_frames(cfg, tr, groups, threshold=threshold)
-    first_group = int(dut.groups.value)
+    tb.second_computed.clear()
+    for n, g in enumerate(groups):
+        computed = np.flatnonzero(want_r[g] == 0)
+        if computed.size >= 2:
+            tb.second_computed[n] = int(computed[1])
+    before = read_counters(dut, cfg)
+    first_group = before["groups"]
+    lay = out_user_layout(cfg)
+    user_at = {name: lay[name].offset for name in ("replay", "row", "tas")}
+    row_mask, tas_bits = (1 << lay["row"].width) - 1, lay["tas"].width
+    tas_mask = (1 << tas_bits) - 1
     # Model-only stretches: from a group's last row taken to its output frame, the testbench's
     # Python sleeps (but for the few beats of the output); their speed is the simulator's own under
     # this run's activity.
     taken, quiet = {}, [0, 0.0]
+    out_done = [Event() for _ in groups]
 
     def frame_taken(n):
         taken[n] = (get_sim_time("ns"), time.process_time())
 
-    feed = cocotb.start_soon(tb.send("x", frames, frame_taken))
+    async def feed_mixed():
+        """One group at a time; a new schedule's control word once the group before has left."""
+        cur = sched[0]
+        for n, beats in enumerate(frames):
+            if sched[n] != cur:
+                await out_done[n - 1].wait()
+                await tb.send("cfg", [[ctrl[sched[n]]]])
+                cur = sched[n]
+            await tb.send("x", [beats], first=n)
+
+    feed = cocotb.start_soon(feed_mixed() if mode == "mixed" else tb.send("x", frames, frame_taken))
 
     rows_out, cycles = 0, []
     for n, g in enumerate(groups):
@@ -259,17 +360,21 @@ async def run_mode(dut, tr, cfg, groups, mode, seed, stall, log, *, reset=True, 
             f"group {g}: {len(frame.tdata)} rows in one output frame (tlast), expected {B}")
         y = np.frombuffer(b"".join(int(v).to_bytes(y_bytes, "little") for v in frame.tdata),
                           dtype=np.int8).reshape(B, y_bytes)[:, :d]
-        user = np.array([beat_user(frame, b) for b in range(B)])
-        if (user >> 1 != rows).any() or (user & 1 != want_r[g]).any() or (y != want_y[g]).any():
+        user = np.array([beat_user(frame, b) for b in range(B)], dtype=object)
+        u_replay, u_row = (user >> user_at["replay"]) & 1, (user >> user_at["row"]) & row_mask
+        u_tas = [_signed((int(u) >> user_at["tas"]) & tas_mask, tas_bits) for u in user]
+        if ((u_row != rows).any() or (u_replay != want_r[g]).any() or (y != want_y[g]).any()
+                or (np.array(u_tas) != tr.tas[g]).any()):
             # A corner trace names the rules the group exercises (sw/trace/corners.py).
             rules = group_rules(tr.manifest, g)
             decision = [r for r in rules if not r.startswith(REQUANT_CLASSES)]
             requant = [r for r in rules if r.startswith(REQUANT_CLASSES)]
             for b in range(B):          # name the first row and element that differ
-                replay, row = user[b] & 1, user[b] >> 1
+                replay, row = u_replay[b], u_row[b]
                 where = (f"{mode}: group {g} (layer {tr.group_layer[g]}, frame {tr.group_frame[g]}, "
-                         f"position {tr.group_index[g]}), row {b}")
+                         f"position {tr.group_index[g]}, schedule {sched[n]}), row {b}")
                 assert row == b, f"{where}: row {row} left in place of row {b}"
+                assert u_tas[b] == tr.tas[g][b], f"{where}: TAS {u_tas[b]}, expected {tr.tas[g][b]}"
                 assert replay == want_r[g][b], (f"{where}: replay bit {replay}, expected {want_r[g][b]}"
                                                 + (f"; the group exercises {', '.join(decision)}"
                                                    if decision else ""))
@@ -278,6 +383,7 @@ async def run_mode(dut, tr, cfg, groups, mode, seed, stall, log, *, reset=True, 
                                        f"expected {want_y[g][b][bad[0]]}"
                                        + (f"; the group exercises {', '.join(requant)}" if requant else ""))
         rows_out += B
+        out_done[n].set()
         if n % LOG_EVERY == LOG_EVERY - 1:
             log.info("%s: %d of %d groups bit-exact", mode, n + 1, len(groups))
     await feed
@@ -289,16 +395,22 @@ async def run_mode(dut, tr, cfg, groups, mode, seed, stall, log, *, reset=True, 
         rows_in += len(tb.x_mon.recv_nowait().tdata)
     assert rows_in == rows_out == len(groups) * B, (
         f"{mode}: {rows_in} rows in, {rows_out} out, {len(groups) * B} sent")
-    counters = {name: int(getattr(dut, name).value) for name in
-                ("total_cycles", "groups", "rows_replayed", "rows_computed")}
-    counters["core_busy"] = [int(getattr(dut, f"core_busy_{p}").value) for p in range(cfg.cores)]
+    after = read_counters(dut, cfg)
+    delta = {k: after[k] - before[k] for k in after}
+    counters = {k: delta[k] for k in ("total_cycles", "groups", "rows_replayed", "rows_computed")}
+    counters["core_busy"] = [delta[f"core_busy_{p}"] for p in range(cfg.cores)]
+    # Cycle counts of this run; a peak is the highest since the reset.
+    counters["coverage"] = {k: after[k] if k.endswith("_peak") else delta[k] for k in coverage_events(cfg)}
     assert counters["rows_replayed"] == int(sum(want_r[g].sum() for g in groups)), counters
     assert counters["total_cycles"] == sum(cycles), counters
     counters["rows_checked"] = rows_out
-    counters["sim_cycles"] = int((get_sim_time("ns") - sim0) // CLOCK_NS)
-    counters["wall_s"] = time.perf_counter() - wall0
-    counters["cpu_s"] = time.process_time() - cpu0
+    counters["schedules"] = {s: sched.count(s) for s in SCHEDULES if s in sched}
+    # The run without its configuration (reported apart: config_cycles, config_cpu_s).
+    counters["sim_cycles"] = int((get_sim_time("ns") - sim1) // CLOCK_NS)
+    counters["wall_s"] = time.perf_counter() - wall1
+    counters["cpu_s"] = time.process_time() - cpu1
     counters["config_cycles"], counters["config_cpu_s"] = config_cycles, config_cpu
+    counters["config_words"] = "control word" if configured else "every word"
     counters["quiet_cycles"] = int(quiet[0] // CLOCK_NS)
     counters["quiet_cpu_s"] = quiet[1]
     return list(cycles), counters
@@ -376,8 +488,10 @@ async def run_trace(dut):
     stall = float(os.environ.get("FASTCAR_STALL", "0"))
     report = {"groups": groups, "stall": stall, "seed": seed, "modes": {}}
     tb = TB(dut, cfg)
-    for mode in os.environ.get("FASTCAR_MODES", "drs").split(","):
-        cycles, counters = await run_mode(dut, tr, cfg, groups, mode, seed, stall, dut._log, tb=tb)
+    for k, mode in enumerate(os.environ.get("FASTCAR_MODES", "drs").split(",")):
+        # One reset and the whole configuration for the first run; the later runs keep both.
+        cycles, counters = await run_mode(dut, tr, cfg, groups, mode, seed, stall, dut._log, tb=tb,
+                                          reset=(k == 0), configured=(k > 0))
         report["modes"][mode] = {"cycles": cycles, **counters}
         dut._log.info("%s: %d groups, %d rows bit-exact, %d cycles (stall %.2f), %.0f simulated cycles/s",
                       mode, len(groups), counters["rows_replayed"] + counters["rows_computed"],

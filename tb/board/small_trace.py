@@ -21,8 +21,8 @@ from sw.trace.decode import write_decode_trace
 __all__ = ["SMALL_ACCEL", "write_small_trace"]
 
 #: Two layers of d = 8, d_ff = 16 on 2x2 arrays, two cores, two rows per group, two positions.
-SMALL_ACCEL = AccelConfig(d_model=8, d_ff=16, layers=2, tokens_per_frame=2, batch=2, rows=2, cols=2,
-                          cores=2, chunks=2, gate_lanes=2, tas_lanes=4, mv_in=2, mv_out=2)
+SMALL_ACCEL = AccelConfig(d_model=8, d_ff=16, layers=2, tokens_per_frame=2, batch=2, cores=2, chunks=2,
+                          tas_lanes=4, mv_in=2, mv_out=2)
 
 
 def _layer(rng, d, f):
