@@ -18,6 +18,11 @@ What it holds (the manifest's ``corners`` field lists every group's classes and 
   ``max_chain`` long and then forced, a refresh frame whose rows would otherwise replay with a
   chain shorter than ``max_chain``;
 - weights of -128, and per-channel ``mult`` of 0, 1 and 65535 and ``shift`` of 0, 1, 47, 48 and 63;
+- the datapath's extremes (layer 3, whose weights are all -128): rows whose inputs are all -128, so
+  that every product of the gate/up sums is (-128)(-128) and every adder-tree stage and accumulator
+  of the GU pass reaches its largest value (``d_model`` x 2**14); their ``h`` is -128 on every
+  hidden channel, so the down sums reach ``d_ff`` x 2**14 = 2**22, the largest value the cores' row
+  accumulators and the output stage's sum must hold; and ``q = k = -128``, the largest TAS;
 - a layer with tau = +inf (threshold ``2**31``, never replays) and one with tau = -inf
   (``-2**31``, replays whenever the guard allows).
 
@@ -31,7 +36,7 @@ import numpy as np
 
 from sw.golden import quant
 
-SEED = 1
+SEED = 6
 FRAMES = 8
 POSITIONS = 4
 REFRESH_EVERY = 6
@@ -73,7 +78,18 @@ CLASSES = {
     "tau=+inf": "a row of a layer whose threshold is 2**31 (never replays)",
     "tau=-inf": "a frame > 0 row of a layer whose threshold is -2**31",
     "weight=-128": "a computed row whose layer has weights of -128",
+    "extreme/gu-products": "a computed row whose gate and up sums are d_model products (-128)(-128): "
+                           "every GU adder-tree stage and accumulator at its largest value",
+    "extreme/down-products": "a computed row whose down sums are d_ff products (-128)(-128) (2**22): "
+                             "every D adder-tree stage, the cores' row accumulators and the output "
+                             "stage's sum at their largest value",
+    "extreme/tas": "a row with q = k = -128: the TAS at its largest value",
 }
+#: The layer whose weights are all -128 and whose extreme rows have inputs of -128 (tau = -inf: its
+#: rows compute in frame 0 and when the drift guard forces them, and replay otherwise).
+EXTREME_LAYER = 3
+#: Positions of the extreme layer whose rows 0 and 1 are extreme (inputs, q and k all -128).
+EXTREME_POSITIONS = (2, 3)
 
 
 def _stage_classes(p, shift) -> dict[str, np.ndarray]:
@@ -120,6 +136,27 @@ def mlp_classes(x, wg, wu, wd, c) -> list[set[str]]:
     return rows
 
 
+def extreme_classes(x, c) -> set[str]:
+    """The ``extreme/`` classes of the computed rows ``x`` [R, d] in a layer with constants ``c``:
+    sums of products that are all (-128)(-128), over the whole length (``d_model`` for gate and up,
+    ``d_ff`` for down)."""
+    out = set()
+    x = np.asarray(x, np.int64)
+    for name in ("wg", "wu"):
+        w = np.asarray(c[name], np.int64)
+        full = ((x[:, :, None] == -128) & (w[None] == -128)).all(axis=1)      # [R, d_ff]
+        if full.any():
+            out.add("extreme/gu-products")
+    gate = quant.requantize(quant.matmul_int(x, c["wg"]), c["mult_g"], c["shift_g"])
+    up = quant.requantize(quant.matmul_int(x, c["wu"]), c["mult_u"], c["shift_u"])
+    act = quant.apply_lut(gate, c["lut"])
+    h = quant.requantize(act.astype(np.int64) * up.astype(np.int64), c["mult_h"], c["shift_h"])
+    wd = np.asarray(c["wd"], np.int64)
+    if ((h[:, :, None] == -128) & (wd[None] == -128)).all(axis=1).any():
+        out.add("extreme/down-products")
+    return out
+
+
 def _constants(rng, layer: int, d: int, f: int) -> dict:
     """Weights and integer constants of one layer."""
     def sparse(k, n, nnz):
@@ -131,9 +168,11 @@ def _constants(rng, layer: int, d: int, f: int) -> dict:
         return w.astype(np.int8)
 
     def per_channel(n):
+        # The extreme layer: small scales on every channel, so that its extreme rows saturate
+        # gate and up at 127 on every channel (and h at -128).
         mult, shift = np.zeros(n, np.uint16), np.zeros(n, np.uint8)
         for ch in range(n):
-            m, s = (EXTREME_CONSTANTS[ch] if ch < len(EXTREME_CONSTANTS)
+            m, s = (EXTREME_CONSTANTS[ch] if ch < len(EXTREME_CONSTANTS) and layer != EXTREME_LAYER
                     else TIE_CONSTANTS[(ch + layer) % len(TIE_CONSTANTS)])
             mult[ch], shift[ch] = m, s
         return mult, shift
@@ -147,7 +186,14 @@ def _constants(rng, layer: int, d: int, f: int) -> dict:
         lut = np.clip(-codes, -128, 127)              # -(-128) saturates
     else:
         lut = rng.permutation(codes)                  # every int8 value once
-    c = {"wg": sparse(d, f, 3), "wu": sparse(d, f, 3), "wd": sparse(f, d, 3)}
+        # ... with lut[127] = -128, so that the extreme rows (gate saturated at 127) get h = -128.
+        at = int(np.flatnonzero(lut == -128)[0])
+        lut[at], lut[255] = lut[255], -128
+    if layer == EXTREME_LAYER:
+        c = {name: np.full(shape, -128, np.int8) for name, shape in (("wg", (d, f)), ("wu", (d, f)),
+                                                                     ("wd", (f, d)))}
+    else:
+        c = {"wg": sparse(d, f, 3), "wu": sparse(d, f, 3), "wd": sparse(f, d, 3)}
     c["mult_g"], c["shift_g"] = per_channel(f)
     c["mult_u"], c["shift_u"] = per_channel(f)
     c["mult_d"], c["shift_d"] = per_channel(d)
@@ -227,6 +273,10 @@ def build(*, seed: int = SEED) -> tuple[dict, dict]:
         x = rng.integers(-128, 128, size=(B, d))
         x[rng.integers(B), rng.integers(d)] = -128
         x[rng.integers(B), rng.integers(d)] = 127
+        extreme = li == EXTREME_LAYER and ix in EXTREME_POSITIONS
+        if extreme:
+            x[:2] = -128
+            t["q"][g, :2] = t["k_prev"][g, :2] = -128
         t["x"][g] = x.astype(np.int8)
         tas = quant.tas_int(t["q"][g], t["k_prev"][g])
         t["tas"][g] = tas
@@ -245,9 +295,12 @@ def build(*, seed: int = SEED) -> tuple[dict, dict]:
             for cls in mlp_classes(t["x"][g][comp], c["wg"], c["wu"], c["wd"], c):
                 classes[g] |= cls
             classes[g].add("weight=-128")
+            classes[g] |= extreme_classes(t["x"][g][comp], c)
         t["y"][g] = y
         cache[key] = y
         refresh = fr % REFRESH_EVERY == 0
+        if (np.abs(tas) == d * 128 * 128).any():
+            classes[g].add("extreme/tas")
         for b in range(B):
             if li == 2:
                 classes[g].add("tau=+inf")
@@ -298,7 +351,8 @@ def build(*, seed: int = SEED) -> tuple[dict, dict]:
         "corners": {
             "thresholds": {"0": "T = 1000", "1": "T = -777", "2": "tau = +inf: T = 2**31",
                            "3": "tau = -inf: T = -2**31"},
-            "extreme_constants": {"per channel, channels 0-10 of gate, up and down": extremes["gate"],
+            "extreme_constants": {"per channel, channels 0-10 of gate, up and down (layers 0, 1, 2)":
+                                  extremes["gate"],
                                   "mult_h, shift_h per layer": [list(v) for v in H_CONSTANTS],
                                   "lut per layer": ["identity", "SiLU table (s_gate 6/127, s_act 5/127)",
                                                     "negation, -(-128) clamped to 127", "a permutation"]},
