@@ -113,8 +113,8 @@ def synth(session):
 
     By default the board top: the accelerator behind the UART bridge on the FTDI pins, which
     ``python -m hw.board.run --port ...`` drives (docs/board.md). ``nox -s synth -- --harness`` builds
-    the accelerator inside the LFSR synthesis harness instead, ``-- --tile T.json`` one GEMM tile;
-    ``-- --accel A.json`` picks another accelerator configuration.
+    the accelerator inside the LFSR synthesis harness instead; ``-- --accel A.json`` picks another
+    accelerator configuration.
     """
     install(session, "hw,synth")
     session.run("python", "-m", "hw.flow.synth", *session.posargs)
@@ -123,7 +123,7 @@ def synth(session):
 @nox.session(python=PYTHON)
 def timing(session):
     """Fmax of each block placed and routed alone on the ECP5-85F, minutes per block; writes
-    build/timing/report.json. ``nox -s timing -- pe tile`` picks blocks, ``-- --list`` lists them,
+    build/timing/report.json. ``nox -s timing -- cache rob`` picks blocks, ``-- --list`` lists them,
     ``-- --check`` fails when one fell more than 5 % below constraints/timing_record.json."""
     install(session, "hw,synth")
     session.run("python", "-m", "hw.flow.timing", *session.posargs)

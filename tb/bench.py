@@ -5,11 +5,12 @@ Usage::
     python -m tb.bench [--taus=-5,-3,-1,1] [--groups first:8 | --full] [--out build/bench] [--force]
 
 For every tau: ``sw/export_trace.py`` exports the shipped model's decode trace (the committed
-``golden/fastcar`` is the point of the default operating point, ``sw.model.fastcar.DEFAULT_TAU``), then the Verilator build of the default accelerator
-runs it four times without stalls: FastCar with DRS, FastCar with chunk round-robin (chunk ``j`` of
-every row on core ``j mod cores``, no scheduler), FastCar with row-static assignment (row ``b`` on
-core ``b mod cores``), and dense (tau = +inf on the same inputs, DRS). Every output is checked bit
-for bit, and every group's cycles against the cycle model (``sw/perf/cycles.py``): the bench stops
+``golden/fastcar`` is the point of the default operating point, ``sw.model.fastcar.DEFAULT_TAU``),
+then the Verilator build of the default accelerator runs it four times without stalls, one after the
+other in one simulator configured once (tb/accelerator/bench_points.py): FastCar with DRS, FastCar
+with chunk round-robin (chunk ``j`` of every row on core ``j mod cores``, no scheduler), FastCar with
+row-static assignment (row ``b`` on core ``b mod cores``), and dense (tau = +inf on the same inputs,
+DRS). Every output is checked bit for bit, and every group's cycles against the cycle model (``sw/perf/cycles.py``): the bench stops
 with the mode, group and both counts if any group is more than 2 % off (:func:`model_check`).
 
 Writes ``report.json``:
@@ -195,8 +196,7 @@ def synth_fmax(cfg, path: Path | None = None) -> tuple[float | None, str]:
     except (ValueError, KeyError, TypeError) as e:
         return None, f"{rel}: no readable fmax_mhz ({type(e).__name__}: {e})"
     if "accel" not in rep:
-        what = "a GEMM tile" if "tile" in rep else "no accelerator configuration"
-        return None, f"{rel} is the report of {what}, not of the accelerator"
+        return None, f"{rel} has no accelerator configuration (field 'accel')"
     if rep["accel"] != cfg.to_dict():
         diff = sorted(k for k in set(rep["accel"]) | set(cfg.to_dict())
                       if rep["accel"].get(k) != cfg.to_dict().get(k))
@@ -223,9 +223,9 @@ def losses(cfg, mask, fast: int, macs: int) -> dict:
     ``compute`` is MACs / MAC units: the cycles if every multiplier worked every cycle.
     ``all_replayed_groups`` are groups in which no row computes (front end and cache reads only).
     ``group_fill_drain`` is the rest of the computed groups' cycles: the front end before the first
-    chunk, the down projection of the last chunks after the gate/up tiles are done (``T`` per
-    group), the reducer and the fixed tail; a group is one layer of one decode step and the next
-    one needs this one's output, so groups cannot overlap. ``fragmentation`` would be cycles in
+    chunk, the D passes of the last chunks after their GU passes, the output stage and the reorder
+    buffer; a group is one layer of one decode step and the next one needs this one's output, so
+    groups cannot overlap. ``fragmentation`` would be cycles in
     which one core idles while the other computes because a row's chunks do not split evenly;
     ``weight_loading`` is 0 because the weights stay on chip.
     """

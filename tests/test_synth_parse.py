@@ -81,7 +81,7 @@ Info: Max delay posedge $glbnet$clk -> <async>: 2.04 ns
 Info: Program finished normally.
 """
 
-# GEMM tile (default TileConfig), run with --timing-allow-fail: timing missed. The
+# A design run with --timing-allow-fail: timing missed. The
 # post-placement estimate (43.50) is an Info line, the final post-route one a Warning.
 LOG_FAIL = """\
 Info: constraining clock net 'clk25_0__io' to 25.00 MHz

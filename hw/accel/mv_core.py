@@ -1,4 +1,4 @@
-"""One v2 MLP core: a weight-resident matrix-vector unit that runs hidden chunks as GU and D passes."""
+"""One MLP core: a weight-resident matrix-vector unit that runs hidden chunks as GU and D passes."""
 
 from amaranth import *
 from amaranth.lib import data, memory, stream, wiring

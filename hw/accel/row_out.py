@@ -1,4 +1,4 @@
-"""v2 output stage: when every chunk of a row is done, add the cores' accumulators and requantise."""
+"""The output stage: when every chunk of a row is done, add the cores' accumulators and requantise."""
 
 from amaranth import *
 from amaranth.lib import data, memory, stream, wiring

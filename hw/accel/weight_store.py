@@ -1,4 +1,4 @@
-"""The v2 weight store: every MLP weight block in DP16KD block RAM, read by two cores at once.
+"""The weight store: every MLP weight block in DP16KD block RAM, read by two cores at once.
 
 One block is the ``mv_out x mv_in`` int8 weights one core's matrix-vector unit consumes in a cycle.
 The store is ``lanes = mv_in * mv_out / 2`` columns of true dual-port DP16KD (1,024 x 18 bits, two

@@ -18,8 +18,8 @@ from hw.accel.payload import pack, pack_int8
 from hw.accel.row_out import rqd_load_layout
 from sw.config import AccelConfig
 
-__all__ = ["trace_layers", "config_words", "ctrl_word", "pack_struct", "row_beats", "group_frames", "group_beats",
-           "unpack_y"]
+__all__ = ["trace_layers", "config_words", "ctrl_word", "pack_struct", "row_beats", "group_frames",
+           "group_beats", "unpack_y"]
 
 
 def trace_layers(tr) -> list[dict]:

@@ -11,8 +11,9 @@ FTDI pins, which ``python -m hw.board.run`` talks to (``docs/board.md``). ``--ha
 the accelerator inside :class:`hw.flow.synth_harness.SynthHarness` instead (LFSR stimulus, outputs
 folded into the LEDs: area and Fmax without the I/O). Either is clocked from the board's 25 MHz
 oscillator through an ``EHXPLLL`` at (close to) the target frequency (:func:`add_pll_domain`), built
-with amaranth-boards (yosys, nextpnr-ecp5, ecppack; the YoWASP builds by default). Results are parsed from nextpnr's own log (``<name>.tim``
-in the build directory) and written to ``<build dir>/report.json``.
+with amaranth-boards (yosys, nextpnr-ecp5, ecppack; the YoWASP builds by default). Results are
+parsed from nextpnr's own log (``<name>.tim`` in the build directory) and written to
+``<build dir>/report.json``.
 
 The flow never hands out a bitstream that misses its clock. ``--mhz`` sets the PLL (default:
 ``target_mhz`` of the board file, a clock the default board top is measured to meet). When the
@@ -63,7 +64,7 @@ BUILD_OVERRIDES = {
     # Amaranth names the wires of data.View elements "x[0]", next to the vector "x". yosys
     # 0.70's ABC9 reintegration (synth_ecp5) resolves bit names like "x[0]" to that
     # element wire and aborts with "Assert `GetSize(conn.first) == GetSize(conn.second)'
-    # failed" (seen on the GEMM tile). Making those alias names private avoids it; the
+    # failed" (seen on a design of the project). Making those alias names private avoids it; the
     # vectors keep their names.
     "script_after_read": "rename -hide w:*]",
 }

@@ -145,7 +145,7 @@ def matmul_int(x, w) -> np.ndarray:
 
 
 def gemm_int8(x, w, mult, shift) -> np.ndarray:
-    """The golden GEMM tile: ``requantize(x @ w, mult, shift)`` with x [B, K], w [K, N]."""
+    """One requantised matrix product: ``requantize(x @ w, mult, shift)`` with x [B, K], w [K, N]."""
     return requantize(matmul_int(x, w), mult, shift)
 
 

@@ -118,8 +118,7 @@ def clock_from_synth(path, cfg: AccelConfig = DEFAULT_ACCEL) -> Clock:
     Clock
         When timing is met, the PLL clock the bitstream runs at (``pll_mhz``), not the higher
         Fmax; otherwise ``fmax_mhz``, labelled as a clock no built bitstream runs at. The source
-        line says which design it was measured on (the whole accelerator, or one GEMM tile when
-        the report has a ``tile`` field).
+        line says which design it was measured on.
     """
     rep = _read_json(path, "synthesis report")
     if "fmax_mhz" not in rep:
@@ -406,7 +405,7 @@ def projected_accel(batch: int = VILA_U_7B["batch"]) -> AccelConfig:
     ``mv_in`` and ``mv_out``, so two cores have 4,096 (45 %) or 8,192 (91 %) MAC units, nothing in
     between. The TAS has no DSP, and the other DSPs at this size are about 136
     (``mv_out`` output requantisers of two DSPs each, four per core for gate/up, SwiGLU product and
-    ``h``): 8,328 in all, 92 % (the shipped accelerator uses 138 of the ECP5's 156, 88 %). The constraints
+    ``h``): 8,328 in all, 92 % (the shipped board top uses 152 of the ECP5's 156, 97 %). The constraints
     hold: ``d_model`` and the chunk width 256 are multiples of 64, a GU run (``d_model / mv_in = 64``
     cycles) is no shorter than the ``mv_out = 64`` outputs its requantiser serialises, a D pass is
     ``(256 / 64) (4096 / 64) = 256 >= 3`` cycles.

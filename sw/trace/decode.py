@@ -199,22 +199,6 @@ def check_decode_trace(tr: DecodeTrace) -> str | None:
     return None
 
 
-def gemm_case(tr: DecodeTrace, *, layer: int = 0, max_rows: int = 24):
-    """The gate projection of ``layer`` on the rows the trace really computed.
-
-    Returns ``(x, w, mult, shift, y)`` for the GEMM tile: ``x`` int8 [rows, d_model], ``w`` int8
-    [d_model, d_ff], ``y = gemm_int8(x, w, mult, shift)`` (the gate activations the MLP core's
-    first GEMM must produce).
-    """
-    from sw.golden import quant
-
-    sel = tr.group_layer == layer
-    rows = [tr.x[g][~tr.replay[g].astype(bool)] for g in np.flatnonzero(sel)]
-    x = np.concatenate(rows)[:max_rows]
-    w, mult, shift = tr.wg[layer], tr.mult_g[layer], tr.shift_g[layer]
-    return x, w, mult, shift, quant.gemm_int8(x, w, mult, shift)
-
-
 def select_groups(tr, spec: str) -> list[int]:
     """Groups of a decode trace: ``full`` is every group; ``first:N`` every group whose in-frame
     position is below N (all layers and frames; self-contained, since a position only replays its

@@ -1,7 +1,8 @@
 """The RTL runs of ``python -m tb.bench``: one pytest test per tau (its modes one after the other in
-one simulator, configured once), so that pytest-xdist runs the points side by side. Not collected by the test suite; ``tb.bench`` runs this file with the points
-to measure in ``FASTCAR_BENCH`` (JSON: ``points`` = ``[[tau, trace_dir], ...]``, ``groups``, ``out``)
-and assembles ``out/point-<tau>-<mode>.json`` into its report."""
+one simulator, configured once), so that pytest-xdist runs the points side by side. Not collected
+by the test suite; ``tb.bench`` runs this file with the points to measure in ``FASTCAR_BENCH``
+(JSON: ``points`` = ``[[tau, trace_dir], ...]``, ``groups``, ``out``) and assembles
+``out/point-<tau>-<mode>.json`` into its report."""
 
 import json
 import os
