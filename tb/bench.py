@@ -8,10 +8,11 @@ For every tau: ``sw/export_trace.py`` exports the shipped model's decode trace (
 ``golden/fastcar`` is the point of the default operating point, ``sw.model.fastcar.DEFAULT_TAU``),
 then the Verilator build of the default accelerator runs it four times without stalls, one after the
 other in one simulator configured once (tb/accelerator/bench_points.py): FastCar with DRS, FastCar
-with chunk round-robin (chunk ``j`` of every row on core ``j mod cores``, no scheduler), FastCar with
-row-static assignment (row ``b`` on core ``b mod cores``), and dense (tau = +inf on the same inputs,
-DRS). Every output is checked bit for bit, and every group's cycles against the cycle model (``sw/perf/cycles.py``): the bench stops
-with the mode, group and both counts if any group is more than 2 % off (:func:`model_check`).
+with chunk round-robin (chunk ``j`` of every row on core ``j mod cores``, no scheduler), FastCar
+with row-static assignment (row ``b`` on core ``b mod cores``), and dense (tau = +inf on the same
+inputs, DRS). Every output is checked bit for bit, and every group's cycles against the cycle model
+(``sw/perf/cycles.py``): the bench stops with the mode, group and both counts if any group is more
+than 2 % off (:func:`model_check`).
 
 Writes ``report.json``:
 
