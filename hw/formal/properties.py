@@ -57,6 +57,9 @@ class Property:
         Whether the design satisfies it (``False`` records a known violation of the RTL).
     deep : int or None
         A longer BMC depth for the deep run (``FASTCAR_FORMAL_DEEP=1``).
+    nomem : bool
+        Memories mapped to registers before solving (:func:`tb.formal.check`'s ``nomem``);
+        ``False`` keeps them as arrays for the solver (a 1,024-word block RAM).
     """
 
     name: str
@@ -68,6 +71,7 @@ class Property:
     depth: int
     holds: bool = True
     deep: int | None = None
+    nomem: bool = True
 
     def wrapper(self, member=None):
         """The property wrapper around the real block, or around ``member`` (a planted-bug copy)."""

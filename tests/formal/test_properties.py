@@ -20,7 +20,7 @@ DEEP = os.environ.get("FASTCAR_FORMAL_DEEP", "") not in ("", "0")
 @pytest.mark.parametrize("prop", [p for p in PROPERTIES if p.holds], ids=lambda p: p.name)
 def test_property(prop):
     depth = prop.deep if DEEP and prop.deep else prop.depth
-    result = check(prop.wrapper(), prop.name, mode=prop.mode, depth=depth, timeout=3600)
+    result = check(prop.wrapper(), prop.name, mode=prop.mode, depth=depth, timeout=3600, nomem=prop.nomem)
     assert result.passed, result.summary()
 
 
@@ -51,7 +51,8 @@ def test_twin_fails(prop_name, bug, message):
     prop, mu = by_name(prop_name), mutant(bug)
     assert mu.mutation.path == prop.source, f"{bug} changes {mu.mutation.path}, not {prop.source}"
     planted = getattr(mu.mutation.load(), prop.member)
-    result = check(prop.wrapper(planted), f"{prop.name}__{bug}", mode=prop.mode, depth=prop.depth)
+    result = check(prop.wrapper(planted), f"{prop.name}__{bug}", mode=prop.mode, depth=prop.depth,
+                   nomem=prop.nomem)
     assert result.failed_assertion, f"the planted bug {bug!r} went unnoticed: {result.summary()}"
     assert any(message in f for f in result.failed), f"expected '{message}': {result.summary()}"
 
@@ -60,7 +61,8 @@ def test_twin_fails(prop_name, bug, message):
 def test_cover(prop):
     """The assumptions leave the interesting behaviour reachable (a proof is not vacuous)."""
     wrapper = prop.wrapper()
-    result = check(wrapper, f"{prop.name}__cover", mode="cover", depth=COVER_DEPTH.get(prop.name, 12))
+    result = check(wrapper, f"{prop.name}__cover", mode="cover", depth=COVER_DEPTH.get(prop.name, 12),
+                   nomem=prop.nomem)
     assert result.passed, result.summary()
 
 
