@@ -16,11 +16,12 @@ from hw.formal.accelerator import assume_groups
 from hw.formal.accumulators import PartialSumWidth
 from hw.formal.dispatcher import DispatcherWork
 from hw.formal.handshake import StreamHandshake
+from hw.formal.mv_unit import MvUnitWidth
 from hw.formal.packet_arbiter import PacketArbiterMerge
 from hw.formal.reorder_buffer import ReorderBufferOrder
 from hw.formal.replay_cache import ReplayCacheMemory
 
-__all__ = ["Property", "PROPERTIES", "TINY_ACCEL", "by_name"]
+__all__ = ["Property", "PROPERTIES", "TINY_ACCEL", "TINY_V2", "by_name"]
 
 
 def _tiny_accel():
@@ -33,6 +34,19 @@ def _tiny_accel():
 
 
 TINY_ACCEL = _tiny_accel()
+
+
+def _tiny_v2():
+    from sw.config import AccelConfig
+
+    # The smallest v2 accelerator with two cores, two chunks per row and two rows per group: the
+    # matrix-vector unit takes 2 x 1 blocks (mv_in even for the weight store), a D pass lasts
+    # 2 x 2 blocks (at least MvCore's ACC_WRITE_DISTANCE), two chain counters per TAS engine.
+    return AccelConfig(d_model=2, d_ff=8, layers=1, tokens_per_frame=2, batch=2, rows=1, cols=1,
+                       cores=2, chunks=2, gate_lanes=1, tas_lanes=2, mv_in=2, mv_out=1, datapath=2)
+
+
+TINY_V2 = _tiny_v2()
 
 
 @dataclass(frozen=True)
@@ -136,6 +150,9 @@ PROPERTIES = [
     Property("partial_sum_width", "PE partial sum of 4 int8 products in sum_bits(4) bits never wraps",
              "sw/golden/quant.py", "sum_bits",
              lambda fn: PartialSumWidth(4, fn(4)), "prove", 1),
+    Property("mv_unit_width", "v2 matrix-vector unit (4 x 2, runs of 4 beats): every adder-tree stage "
+             "and accumulator holds the exact sum (int8 operands, no wrap)", "hw/accel/mv_unit.py", "MvUnit",
+             lambda cls: MvUnitWidth(n_in=4, n_out=2, beats=4, dut_class=cls), "bmc", 12),
 ]
 
 

@@ -43,6 +43,7 @@ TWINS = [
     ("packet_arbiter_merge", "arbiter-interleaves", "not interleaved"),
     ("handshake_packet_arbiter", "arbiter-regrants-waiting-beat", "valid and payload held until ready"),
     ("partial_sum_width", "sum-bits-no-sign", "never wraps"),
+    ("mv_unit_width", "mv-unit-tree-narrow", "adder-tree level 0 never wraps"),
 ]
 
 
