@@ -20,6 +20,7 @@ from hw.formal.mv_unit import MvUnitWidth
 from hw.formal.packet_arbiter import PacketArbiterMerge
 from hw.formal.reorder_buffer import ReorderBufferOrder
 from hw.formal.replay_cache import ReplayCacheMemory
+from hw.formal.row_out import RowOutRows
 
 __all__ = ["Property", "PROPERTIES", "TINY_ACCEL", "TINY_V2", "by_name"]
 
@@ -146,6 +147,9 @@ PROPERTIES = [
     Property("packet_arbiter_merge", "packet arbiter: one beat in per beat out, payload unchanged, "
              "packets not interleaved, valid held", "hw/lib/packet_arbiter.py", "PacketArbiter",
              lambda cls: PacketArbiterMerge(dut_class=cls), "prove", 4),
+    Property("row_out_rows", "v2 output stage (tiny v2 config, two cores): every complete row leaves "
+             "on o exactly once and in time, never early; o holds valid and payload until ready",
+             "hw/accel/row_out.py", "RowOut", lambda cls: RowOutRows(TINY_V2, dut_class=cls), "bmc", 26),
     # --- widths --------------------------------------------------------------------------------
     Property("partial_sum_width", "PE partial sum of 4 int8 products in sum_bits(4) bits never wraps",
              "sw/golden/quant.py", "sum_bits",

@@ -43,6 +43,8 @@ TWINS = [
     ("packet_arbiter_merge", "arbiter-interleaves", "not interleaved"),
     ("handshake_packet_arbiter", "arbiter-regrants-waiting-beat", "valid and payload held until ready"),
     ("partial_sum_width", "sum-bits-no-sign", "never wraps"),
+    ("row_out_rows", "row-out-one-finish-per-cycle", "a complete row leaves on o in time (no row lost)"),
+    ("row_out_rows", "row-out-early-full", "a row leaves only once all its chunks are done"),
     ("mv_unit_width", "mv-unit-tree-narrow", "adder-tree level 0 never wraps"),
 ]
 
@@ -68,4 +70,4 @@ def test_cover(prop):
 
 
 #: Cycles needed to reach every cover statement (default 12).
-COVER_DEPTH = {"handshake_accelerator": 20, "reorder_buffer_order": 16}
+COVER_DEPTH = {"handshake_accelerator": 20, "reorder_buffer_order": 16, "row_out_rows": 26}
