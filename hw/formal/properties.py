@@ -21,6 +21,7 @@ from hw.formal.packet_arbiter import PacketArbiterMerge
 from hw.formal.reorder_buffer import ReorderBufferOrder
 from hw.formal.replay_cache import ReplayCacheMemory
 from hw.formal.row_out import RowOutRows
+from hw.formal.weight_store import WeightStoreMemory
 
 __all__ = ["Property", "PROPERTIES", "TINY_ACCEL", "TINY_V2", "by_name"]
 
@@ -150,6 +151,10 @@ PROPERTIES = [
     Property("row_out_rows", "v2 output stage (tiny v2 config, two cores): every complete row leaves "
              "on o exactly once and in time, never early; o holds valid and payload until ready",
              "hw/accel/row_out.py", "RowOut", lambda cls: RowOutRows(TINY_V2, dut_class=cls), "bmc", 26),
+    Property("weight_store_memory", "v2 weight store (two lanes of two banks): a read on either port "
+             "returns the block last written at its address, WeightStore.latency cycles later",
+             "hw/accel/weight_store.py", "WeightStore", lambda cls: WeightStoreMemory(dut_class=cls),
+             "bmc", 12, nomem=False),
     # --- widths --------------------------------------------------------------------------------
     Property("partial_sum_width", "PE partial sum of 4 int8 products in sum_bits(4) bits never wraps",
              "sw/golden/quant.py", "sum_bits",

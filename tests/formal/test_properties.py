@@ -45,6 +45,8 @@ TWINS = [
     ("partial_sum_width", "sum-bits-no-sign", "never wraps"),
     ("row_out_rows", "row-out-one-finish-per-cycle", "a complete row leaves on o in time (no row lost)"),
     ("row_out_rows", "row-out-early-full", "a row leaves only once all its chunks are done"),
+    ("weight_store_memory", "weight-store-write-bank", "returns the block last written"),
+    ("weight_store_memory", "weight-store-read-bank", "port B returns the block last written"),
     ("mv_unit_width", "mv-unit-tree-narrow", "adder-tree level 0 never wraps"),
 ]
 
