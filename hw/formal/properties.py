@@ -21,6 +21,7 @@ from hw.formal.packet_arbiter import PacketArbiterMerge
 from hw.formal.reorder_buffer import ReorderBufferOrder
 from hw.formal.replay_cache import ReplayCacheMemory
 from hw.formal.row_out import RowOutRows
+from hw.formal.tas_group import TasGroupOrder
 from hw.formal.weight_store import WeightStoreMemory
 
 __all__ = ["Property", "PROPERTIES", "TINY_ACCEL", "TINY_V2", "by_name"]
@@ -155,6 +156,12 @@ PROPERTIES = [
              "returns the block last written at its address, WeightStore.latency cycles later",
              "hw/accel/weight_store.py", "WeightStore", lambda cls: WeightStoreMemory(dut_class=cls),
              "bmc", 12, nomem=False),
+    Property("tas_group_order", "v2 TAS group (2 engines, 2 lanes): one decision per row taken, in "
+             "arrival order, with its row and TAS, none stuck; o holds valid and payload until ready",
+             "hw/accel/tas_group.py", "TasGroup",
+             lambda cls: TasGroupOrder(dim=TINY_V2.d_model, layers=TINY_V2.layers,
+                                       tokens_per_frame=TINY_V2.tokens_per_frame, batch=TINY_V2.batch,
+                                       lanes=TINY_V2.tas_lanes, dut_class=cls), "bmc", 16),
     # --- widths --------------------------------------------------------------------------------
     Property("partial_sum_width", "PE partial sum of 4 int8 products in sum_bits(4) bits never wraps",
              "sw/golden/quant.py", "sum_bits",

@@ -47,6 +47,8 @@ TWINS = [
     ("row_out_rows", "row-out-early-full", "a row leaves only once all its chunks are done"),
     ("weight_store_memory", "weight-store-write-bank", "returns the block last written"),
     ("weight_store_memory", "weight-store-read-bank", "port B returns the block last written"),
+    ("tas_group_order", "tas-group-tas-of-row-0", "the n-th decision carries the n-th row's TAS"),
+    ("tas_group_order", "tas-group-queue-drops", "the n-th decision"),
     ("mv_unit_width", "mv-unit-tree-narrow", "adder-tree level 0 never wraps"),
 ]
 
@@ -72,4 +74,5 @@ def test_cover(prop):
 
 
 #: Cycles needed to reach every cover statement (default 12).
-COVER_DEPTH = {"handshake_accelerator": 20, "reorder_buffer_order": 16, "row_out_rows": 26}
+COVER_DEPTH = {"handshake_accelerator": 20, "reorder_buffer_order": 16, "row_out_rows": 26,
+               "tas_group_order": 16}
