@@ -155,7 +155,7 @@ PROPERTIES = [
     Property("weight_store_memory", "v2 weight store (two lanes of two banks): a read on either port "
              "returns the block last written at its address, WeightStore.latency cycles later",
              "hw/accel/weight_store.py", "WeightStore", lambda cls: WeightStoreMemory(dut_class=cls),
-             "bmc", 12, nomem=False),
+             "bmc", 10, nomem=False),
     Property("tas_group_order", "v2 TAS group (2 engines, 2 lanes): one decision per row taken, in "
              "arrival order, with its row and TAS, none stuck; o holds valid and payload until ready",
              "hw/accel/tas_group.py", "TasGroup",
