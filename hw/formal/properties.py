@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from amaranth.hdl import unsigned
 
 from hw.formal.accelerator import assume_groups
+from hw.formal.accelerator_v2 import HandshakeAcceleratorV2
 from hw.formal.accumulators import PartialSumWidth
 from hw.formal.dispatcher import DispatcherWork
 from hw.formal.handshake import StreamHandshake
@@ -130,6 +131,9 @@ PROPERTIES = [
              "ready, with the host's group contract", "hw/accel/accelerator.py", "Accelerator",
              lambda cls: StreamHandshake(cls(TINY_ACCEL), inputs=["x"], outputs=["y"],
                                          assume=assume_groups), "bmc", 32, deep=60),
+    Property("handshake_accelerator_v2", "v2 accelerator y (tiny v2 config): valid and payload held "
+             "until ready, with the host's group contract", "hw/accel/accelerator_v2.py", "AcceleratorV2",
+             lambda cls: HandshakeAcceleratorV2(cls(TINY_V2)), "bmc", 32, deep=96),
     # --- work conservation, order, memory -----------------------------------------------------
     Property("dispatcher_drs", "DRS: every row's chunks dispatched exactly once, in order, no idling",
              "hw/accel/dispatcher.py", "Dispatcher",

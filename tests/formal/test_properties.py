@@ -50,6 +50,7 @@ TWINS = [
     ("tas_group_order", "tas-group-tas-of-row-0", "the n-th decision carries the n-th row's TAS"),
     ("tas_group_order", "tas-group-queue-drops", "the n-th decision"),
     ("mv_unit_width", "mv-unit-tree-narrow", "adder-tree level 0 never wraps"),
+    ("handshake_accelerator_v2", "accel-v2-y-no-hold", "valid and payload held until ready"),
 ]
 
 
@@ -75,4 +76,4 @@ def test_cover(prop):
 
 #: Cycles needed to reach every cover statement (default 12).
 COVER_DEPTH = {"handshake_accelerator": 20, "reorder_buffer_order": 16, "row_out_rows": 26,
-               "tas_group_order": 16}
+               "tas_group_order": 16, "handshake_accelerator_v2": 14}
