@@ -133,7 +133,7 @@ PROPERTIES = [
                                          assume=assume_groups), "bmc", 32, deep=60),
     Property("handshake_accelerator_v2", "v2 accelerator y (tiny v2 config): valid and payload held "
              "until ready, with the host's group contract", "hw/accel/accelerator_v2.py", "AcceleratorV2",
-             lambda cls: HandshakeAcceleratorV2(cls(TINY_V2)), "bmc", 32, deep=96),
+             lambda cls: HandshakeAcceleratorV2(cls(TINY_V2)), "bmc", 32, deep=80),
     # --- work conservation, order, memory -----------------------------------------------------
     Property("dispatcher_drs", "DRS: every row's chunks dispatched exactly once, in order, no idling",
              "hw/accel/dispatcher.py", "Dispatcher",
