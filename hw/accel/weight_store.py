@@ -230,7 +230,7 @@ class WeightStore(wiring.Component):
 
         # Stage 1 (end of t): port A's address (the write's if there is one), port B's, the write's
         # bank enables, each in trunk copies; the write words once per lane.
-        write = self.w.valid
+        write = self.w.valid & (self.w.payload.addr < self.depth)    # beyond the depth: no write
         w_addr, w_data = self.w.payload.addr, self.w.payload.data
         a_addr = Signal(addr_bits)
         m.d.comb += a_addr.eq(Mux(write, w_addr, self.r_addr[0]))

@@ -12,10 +12,15 @@ from dataclasses import dataclass
 
 from amaranth.hdl import unsigned
 
+from hw.formal.accelerator import HandshakeAccelerator
 from hw.formal.dispatcher import DispatcherWork
 from hw.formal.handshake import StreamHandshake
+from hw.formal.mv_unit import MvUnitWidth
 from hw.formal.reorder_buffer import ReorderBufferOrder
 from hw.formal.replay_cache import ReplayCacheMemory
+from hw.formal.row_out import RowOutRows
+from hw.formal.tas_group import TasGroupOrder
+from hw.formal.weight_store import WeightStoreMemory
 
 __all__ = ["Property", "PROPERTIES", "TINY_ACCEL", "by_name"]
 
@@ -23,10 +28,12 @@ __all__ = ["Property", "PROPERTIES", "TINY_ACCEL", "by_name"]
 def _tiny_accel():
     from sw.config import AccelConfig
 
-    # The smallest accelerator that still has two cores, two chunks per row, two rows per group
-    # and the whole dataflow (TAS, cache, dispatcher, cores, output stage, reorder buffer).
-    return AccelConfig(d_model=2, d_ff=4, layers=1, tokens_per_frame=2, batch=2, cores=2, chunks=2,
-                       tas_lanes=2, mv_in=1, mv_out=1)
+    # The smallest accelerator with two cores, two chunks per row and two rows per group and the
+    # whole dataflow (TAS, cache, dispatcher, cores, output stage, reorder buffer): the
+    # matrix-vector unit takes 2 x 1 blocks (mv_in even for the weight store), a D pass lasts
+    # 2 x 2 blocks (at least MvCore's ACC_WRITE_DISTANCE), two chain counters per TAS engine.
+    return AccelConfig(d_model=2, d_ff=8, layers=1, tokens_per_frame=2, batch=2, cores=2, chunks=2,
+                       tas_lanes=2, mv_in=2, mv_out=1)
 
 
 TINY_ACCEL = _tiny_accel()
@@ -54,6 +61,9 @@ class Property:
         Whether the design satisfies it (``False`` records a known violation of the RTL).
     deep : int or None
         A longer BMC depth for the deep run (``FASTCAR_FORMAL_DEEP=1``).
+    nomem : bool
+        Memories mapped to registers before solving (:func:`tb.formal.check`'s ``nomem``);
+        ``False`` keeps them as arrays for the solver (a 1,024-word block RAM).
     """
 
     name: str
@@ -65,6 +75,7 @@ class Property:
     depth: int
     holds: bool = True
     deep: int | None = None
+    nomem: bool = True
 
     def wrapper(self, member=None):
         """The property wrapper around the real block, or around ``member`` (a planted-bug copy)."""
@@ -93,6 +104,9 @@ PROPERTIES = [
     Property("handshake_replay_cache", "replay cache read data o: valid and payload held until ready",
              "hw/accel/replay_cache.py", "ReplayCache",
              lambda cls: StreamHandshake(cls(1, 3, 3, 2), inputs=["i"], outputs=["o"]), "prove", 4),
+    Property("handshake_accelerator", "accelerator y (tiny config): valid and payload held until ready, "
+             "with the host's group contract", "hw/accel/accelerator.py", "Accelerator",
+             lambda cls: HandshakeAccelerator(cls(TINY_ACCEL)), "bmc", 32, deep=80),
     # --- work conservation, order, memory -----------------------------------------------------
     Property("dispatcher_drs", "DRS: every row's chunks dispatched exactly once, in order, no idling",
              "hw/accel/dispatcher.py", "Dispatcher",
@@ -109,6 +123,23 @@ PROPERTIES = [
     Property("replay_cache_memory", "replay cache: addresses in range; each entry reads back its "
              "last write", "hw/accel/replay_cache.py", "ReplayCache",
              lambda cls: ReplayCacheMemory(dut_class=cls), "bmc", 24),
+    Property("row_out_rows", "output stage (tiny config, two cores): every complete row leaves "
+             "on o exactly once and in time, never early; o holds valid and payload until ready",
+             "hw/accel/row_out.py", "RowOut", lambda cls: RowOutRows(TINY_ACCEL, dut_class=cls), "bmc", 26),
+    Property("weight_store_memory", "weight store (two lanes of two banks): a read on either port "
+             "returns the block last written at its address, WeightStore.latency cycles later",
+             "hw/accel/weight_store.py", "WeightStore", lambda cls: WeightStoreMemory(dut_class=cls),
+             "bmc", 10, nomem=False),
+    Property("tas_group_order", "TAS group (2 engines, 2 lanes): one decision per row taken, in "
+             "arrival order, with its row and TAS, none stuck; o holds valid and payload until ready",
+             "hw/accel/tas_group.py", "TasGroup",
+             lambda cls: TasGroupOrder(dim=TINY_ACCEL.d_model, layers=TINY_ACCEL.layers,
+                                       tokens_per_frame=TINY_ACCEL.tokens_per_frame, batch=TINY_ACCEL.batch,
+                                       lanes=TINY_ACCEL.tas_lanes, dut_class=cls), "bmc", 16),
+    # --- widths --------------------------------------------------------------------------------
+    Property("mv_unit_width", "matrix-vector unit (4 x 2, runs of 4 beats): every adder-tree stage "
+             "and accumulator holds the exact sum (int8 operands, no wrap)", "hw/accel/mv_unit.py", "MvUnit",
+             lambda cls: MvUnitWidth(n_in=4, n_out=2, beats=4, dut_class=cls), "bmc", 12),
 ]
 
 

@@ -20,7 +20,7 @@ DEEP = os.environ.get("FASTCAR_FORMAL_DEEP", "") not in ("", "0")
 @pytest.mark.parametrize("prop", [p for p in PROPERTIES if p.holds], ids=lambda p: p.name)
 def test_property(prop):
     depth = prop.deep if DEEP and prop.deep else prop.depth
-    result = check(prop.wrapper(), prop.name, mode=prop.mode, depth=depth, timeout=3600)
+    result = check(prop.wrapper(), prop.name, mode=prop.mode, depth=depth, timeout=3600, nomem=prop.nomem)
     assert result.passed, result.summary()
 
 
@@ -39,6 +39,14 @@ TWINS = [
     ("replay_cache_memory", "cache-address-alias", "returns the value last written"),
     ("replay_cache_memory", "cache-address-range", "address in range"),
     ("replay_cache_memory", "cache-write-disabled", "returns the value last written"),
+    ("row_out_rows", "row-out-one-finish-per-cycle", "a complete row leaves on o in time (no row lost)"),
+    ("row_out_rows", "row-out-early-full", "a row leaves only once all its chunks are done"),
+    ("weight_store_memory", "weight-store-write-bank", "returns the block last written"),
+    ("weight_store_memory", "weight-store-read-bank", "port B returns the block last written"),
+    ("tas_group_order", "tas-group-tas-of-row-0", "the n-th decision carries the n-th row's TAS"),
+    ("tas_group_order", "tas-group-queue-drops", "the n-th decision"),
+    ("mv_unit_width", "mv-unit-tree-narrow", "adder-tree level 0 never wraps"),
+    ("handshake_accelerator", "accel-y-no-hold", "valid and payload held until ready"),
 ]
 
 
@@ -47,7 +55,8 @@ def test_twin_fails(prop_name, bug, message):
     prop, mu = by_name(prop_name), mutant(bug)
     assert mu.mutation.path == prop.source, f"{bug} changes {mu.mutation.path}, not {prop.source}"
     planted = getattr(mu.mutation.load(), prop.member)
-    result = check(prop.wrapper(planted), f"{prop.name}__{bug}", mode=prop.mode, depth=prop.depth)
+    result = check(prop.wrapper(planted), f"{prop.name}__{bug}", mode=prop.mode, depth=prop.depth,
+                   nomem=prop.nomem)
     assert result.failed_assertion, f"the planted bug {bug!r} went unnoticed: {result.summary()}"
     assert any(message in f for f in result.failed), f"expected '{message}': {result.summary()}"
 
@@ -56,9 +65,11 @@ def test_twin_fails(prop_name, bug, message):
 def test_cover(prop):
     """The assumptions leave the interesting behaviour reachable (a proof is not vacuous)."""
     wrapper = prop.wrapper()
-    result = check(wrapper, f"{prop.name}__cover", mode="cover", depth=COVER_DEPTH.get(prop.name, 12))
+    result = check(wrapper, f"{prop.name}__cover", mode="cover", depth=COVER_DEPTH.get(prop.name, 12),
+                   nomem=prop.nomem)
     assert result.passed, result.summary()
 
 
 #: Cycles needed to reach every cover statement (default 12).
-COVER_DEPTH = {"reorder_buffer_order": 16}
+COVER_DEPTH = {"reorder_buffer_order": 16, "row_out_rows": 26, "tas_group_order": 16,
+               "handshake_accelerator": 14}
