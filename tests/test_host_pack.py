@@ -62,7 +62,7 @@ def test_control_word_keeps_its_bit_positions():
     from hw.accel.accelerator import cfg_layout, ctrl_layout
     from hw.board.host import config_words
     from tb.board.small_trace import SMALL_ACCEL as cfg
-    from tests.test_projection import random_layer
+    from tests.test_cycles import random_layer
 
     lay = ctrl_layout()
     assert {n: lay[n].offset for n in lay.members} == {

@@ -2,15 +2,20 @@
 (gate, up, SiLU table, gated product, h @ wd, all from sw.golden.quant), jobs in any order, several rows
 and layers, the core's pass schedule and its cycle count."""
 
+import dataclasses
+
 import numpy as np
+import pytest
 from amaranth import Elaboratable, Module
+from amaranth.hdl import Fragment
 from amaranth.sim import Simulator
 
 from hw.accel.mv_core import MvCore
 from hw.accel.mv_layout import gu_table_index, pass_lengths, weight_blocks
 from hw.accel.weight_store import WeightStore
-from sw.config import AccelConfig
+from sw.config import DEFAULT_ACCEL, AccelConfig
 from sw.golden import quant
+from tests.fragments import Ecp5Stub, instances, sync_read_memories
 
 SMALL = AccelConfig(d_model=16, d_ff=32, layers=2, tokens_per_frame=2, batch=2, cores=2,
                     chunks=2, tas_lanes=4, mv_in=4, mv_out=4)
@@ -162,3 +167,29 @@ def test_a_new_group_starts_from_empty_accumulators():
     np.testing.assert_array_equal(g0[0], golden_acc(layers[0], xs[0]))
     np.testing.assert_array_equal(g0[1], golden_acc(layers[0], xs[1]))
     np.testing.assert_array_equal(g1[1], golden_acc(layers[1], xs[2]), err_msg="second group, row 1")
+
+
+# ---------------------------------------------------------------- timing rules and parameters
+
+#: A configuration whose D pass is too short once d_model is 4 (the bad-parameter case).
+SMALL_D = AccelConfig(d_model=16, d_ff=64, layers=2, tokens_per_frame=2, batch=4, cores=2,
+                      chunks=4, tas_lanes=4, mv_in=4, mv_out=4)
+
+def test_core_tables_are_block_ram_with_output_register():
+    frag = Fragment.get(MvCore(DEFAULT_ACCEL, w_latency=4, tag_bits=2), Ecp5Stub())
+    ebr = [i for i in instances(frag) if i.type == "DP16KD"]
+    # Gate/up table: 2 * 4 * 256 = 2,048 entries of 22 bits (3 blocks of 2048 x 9); SiLU: 1,024 x 8.
+    assert len(ebr) == 4, f"{len(ebr)} DP16KD"
+    assert all(i.parameters["REGMODE_B"] == "OUTREG" for i in ebr)
+    assert sync_read_memories(frag) == [], "a memory with a synchronous read (NOREG block RAM)"
+
+
+@pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")
+@pytest.mark.parametrize("cfg, kwargs, match", [
+    (DEFAULT_ACCEL, {"w_latency": 2, "tag_bits": 2}, "w_latency must be an integer >= 3, not 2"),
+    (dataclasses.replace(SMALL_D, d_model=4, d_ff=16, chunks=4), {"w_latency": 4, "tag_bits": 2},
+     r"a D pass must last at least 3 cycles \(.*\), not 1"),
+])
+def test_core_bad_parameters(cfg, kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        MvCore(cfg, **kwargs)

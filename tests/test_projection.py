@@ -1,140 +1,18 @@
-"""The cycle model against cycles that the RTL measures here, the bench's model check, and the
-projection's arithmetic, inputs and command line (``sw/perf/projection.py``)."""
+"""The projection's arithmetic, inputs and command line (``sw/perf/projection.py``)."""
 
 import json
 from pathlib import Path
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from amaranth.sim import Simulator
 
-from hw.accel.accelerator import Accelerator
-from hw.board.host import config_words, row_beats
-from sw.config import DEFAULT_ACCEL, AccelConfig
-from sw.golden import quant
+from sw.config import DEFAULT_ACCEL
 from sw.perf import projection as pj
-from sw.perf.cycles import group_cycles
-from tb.bench import MODEL_TOLERANCE, model_check
-from tests.test_accelerator_sim import configure, send_group
 
 #: Module-scoped fixtures: with pytest-xdist (--dist loadgroup) these tests share one worker.
 pytestmark = pytest.mark.xdist_group("test_projection")
 
 REPO = Path(__file__).resolve().parent.parent
-
-# ---------------------------------------------------------------------------------------------
-# The cycle model against the RTL's own counter, measured in this test
-# ---------------------------------------------------------------------------------------------
-
-#: Small enough for amaranth.sim, large enough that a group is hundreds of cycles like the
-#: default's.
-SIM_CFG = AccelConfig(d_model=16, d_ff=64, layers=1, tokens_per_frame=4, batch=4, cores=2, chunks=4,
-                      tas_lanes=4, mv_in=4, mv_out=4)
-#: All 16 replay masks of four rows, in frames 1 to 4 (frame 0 computes every row: dense groups).
-MASKS = [tuple((m >> (3 - b)) & 1 for b in range(4)) for m in range(16)]
-
-
-def random_layer(rng, d, f):
-    """Random int8 weights and integer constants of one SwiGLU layer, in the spec's ranges."""
-    return {"wg": rng.integers(-128, 128, (d, f)).astype(np.int8),
-            "wu": rng.integers(-128, 128, (d, f)).astype(np.int8),
-            "wd": rng.integers(-128, 128, (f, d)).astype(np.int8),
-            "mult_g": rng.integers(20000, 60000, f), "shift_g": rng.integers(23, 25, f),
-            "mult_u": rng.integers(20000, 60000, f), "shift_u": rng.integers(23, 25, f),
-            "lut": quant.silu_lut(rng.uniform(0.03, 0.06), 0.04),
-            "mult_h": int(rng.integers(40000, 60000)), "shift_h": 21,
-            "mult_d": rng.integers(20000, 60000, d), "shift_d": rng.integers(22, 24, d)}
-
-
-def every_mask_trace(cfg: AccelConfig, seed: int = 0):
-    """A one-layer decode trace whose frames 1-4 replay the rows of :data:`MASKS`, one per group.
-
-    Every ``q`` is 10; ``k_prev`` is 10 where a row must replay (TAS 16 * 100 = 1600 >= 400) and 0
-    elsewhere (TAS 0 < 400).
-    """
-    rng = np.random.default_rng(seed)
-    B, N, d = cfg.batch, cfg.tokens_per_frame, cfg.d_model
-    frames = 1 + len(MASKS) // N
-    G = frames * N
-    want = np.array([(0,) * B] * N + MASKS, np.uint8)
-    k = np.where(want[:, :, None] == 1, 10, 0).astype(np.int8) * np.ones((1, 1, d), np.int8)
-    tr = SimpleNamespace(group_layer=np.zeros(G, int), group_frame=np.repeat(np.arange(frames), N),
-                         group_index=np.tile(np.arange(N), frames),
-                         dims={"batch": B, "layers": 1, "d_model": d},
-                         x=rng.integers(-128, 128, (G, B, d)).astype(np.int8),
-                         q=np.full((G, B, d), 10, np.int8), k_prev=k, threshold=np.array([400]))
-    return tr, want, random_layer(rng, d, cfg.d_ff)
-
-
-def measure(cfg: AccelConfig, static: bool,
-            chunk_rr: bool = False) -> tuple[list[int], np.ndarray, np.ndarray]:
-    """Run the trace through the RTL: the ``group_cycles`` counter after every group, the replay bits."""
-    tr, want, layer = every_mask_trace(cfg)
-    words = config_words(cfg, [layer], static=static, chunk_rr=chunk_rr)
-    dut = Accelerator(cfg)
-    sim = Simulator(dut)
-    sim.add_clock(1e-8)
-    G, B = want.shape
-    cycles, replay = [], []
-
-    async def host(ctx):
-        await configure(ctx, dut, words)
-        for g in range(G):
-            await send_group(ctx, dut, row_beats(cfg, tr, g))
-            await ctx.tick().until(dut.groups == g + 1)
-            cycles.append(ctx.get(dut.group_cycles))
-
-    async def sink(ctx):
-        ctx.set(dut.y.ready, 1)
-        for _ in range(G * B):
-            (bit,) = await ctx.tick().sample(dut.y.p.user.replay).until(dut.y.valid)
-            replay.append(int(bit))
-
-    sim.add_testbench(host)
-    sim.add_testbench(sink)
-    sim.run_until(1e-8 * (len(words) + G * 1500))
-    assert len(cycles) == G, f"{len(cycles)} of {G} groups finished"
-    return cycles, np.array(replay).reshape(G, B), want
-
-
-@pytest.fixture(scope="module")
-def rtl_cycles():
-    """DRS, static and chunk round-robin runs of every replay mask, measured on the RTL (about 60 s)."""
-    out = {}
-    for mode in ("drs", "static", "chunk_rr"):
-        cycles, replay, want = measure(SIM_CFG, static=(mode == "static"), chunk_rr=(mode == "chunk_rr"))
-        np.testing.assert_array_equal(replay, want, err_msg=f"{mode}: replay bits differ from the plan")
-        out[mode] = cycles
-    return out, want
-
-
-@pytest.mark.parametrize("mode", ["drs", "static", "chunk_rr"])
-def test_cycle_model_against_rtl_on_every_mask(rtl_cycles, mode):
-    """Every one of the 16 masks of four rows, and dense groups: the model within 2 % of the RTL."""
-    measured, masks = rtl_cycles
-    for g, (m, rtl) in enumerate(zip(masks, measured[mode], strict=True)):
-        model = group_cycles(SIM_CFG, m, mode)
-        assert abs(model - rtl) <= MODEL_TOLERANCE * rtl, \
-            f"{mode}, group {g}, mask {m.tolist()}: RTL {rtl} cycles, model {model}"
-    # Not a flat line: a group with one computed row is far shorter than a dense one.
-    one_row = MASKS.index((0, 1, 1, 1)) + SIM_CFG.tokens_per_frame
-    assert measured[mode][one_row] < 0.75 * measured[mode][0]
-
-
-def test_bench_model_check_on_measured_cycles(rtl_cycles):
-    """``tb.bench.model_check`` accepts the RTL's counts and stops on one 3 % off group."""
-    measured, masks = rtl_cycles
-    groups = list(range(len(masks)))
-    modes = {m: {"cycles": c} for m, c in measured.items()}
-    check = model_check(SIM_CFG, masks, modes, groups, where="sim")
-    assert check["drs"]["rtl_total"] == sum(measured["drs"])
-    assert check["drs"]["worst_error"] <= MODEL_TOLERANCE
-    bad = {m: {"cycles": list(c)} for m, c in measured.items()}
-    bad["static"]["cycles"][1] = round(bad["static"]["cycles"][1] * 1.03)
-    with pytest.raises(SystemExit, match=r"static: the cycle model is off by .* on group 1 \(RTL"):
-        model_check(SIM_CFG, masks, bad, groups, where="sim")
-
 
 # ---------------------------------------------------------------------------------------------
 # Real units and the clock

@@ -3,9 +3,10 @@ widest shifts, operand extremes, one value per cycle, both DSP arrangements (one
 
 import numpy as np
 import pytest
+from amaranth.hdl import Const, Signal
 from amaranth.sim import Simulator
 
-from hw.accel.requant_lane import RequantLane
+from hw.accel.requant_lane import MUX2_INIT, RequantLane, shift_right
 from sw.golden import quant
 
 
@@ -95,3 +96,64 @@ def test_dsp_count_and_bad_parameters():
             RequantLane(bad)
     with pytest.raises(ValueError, match="tag_bits"):
         RequantLane(20, tag_bits=-1)
+
+
+# ---------------------------------------------------------------- the requantiser's shifter
+
+def _lut4(init, a, b, c, d):
+    """Yosys's ECP5 LUT4 model: bit ``8 D + 4 C + 2 B + A`` of ``INIT``."""
+    return (init >> (8 * d + 4 * c + 2 * b + a)) & 1
+
+
+def test_mux2_lut_init_is_a_multiplexer():
+    for a in (0, 1):
+        for b in (0, 1):
+            for c in (0, 1):
+                assert _lut4(MUX2_INIT, a, b, c, 0) == (b if c else a), (a, b, c)
+
+
+def _eval_primitive_shifter(m, x, sh, xv, shv):
+    """Evaluate the LUT4 / PFUMX instances of ``shift_right(..., primitive=True)`` bit by bit."""
+    drivers = {}
+    for inst, _ in m._named_submodules.values():
+        drivers[id(inst.ports["Z"][0])] = inst
+
+    def bit(v):
+        if isinstance(v, Const):
+            return v.value & 1
+        if id(v) in drivers:
+            inst = drivers[id(v)]
+            p = {k: bit(val) for k, (val, d) in inst.ports.items() if d == "i"}
+            if inst.type == "LUT4":
+                return _lut4(inst.parameters["INIT"].value, p["A"], p["B"], p["C"], p["D"])
+            assert inst.type == "PFUMX"
+            return p["ALUT"] if p["C0"] else p["BLUT"]
+        # A slice (possibly nested) of x or sh.
+        start = 0
+        while not isinstance(v, Signal):
+            start += v.start
+            v = v.value
+        assert v is x or v is sh, v
+        return ((xv if v is x else shv) >> start) & 1
+
+    levels = -(-len(sh) // 2)
+    out = 0
+    for i in range(len(x)):
+        z = m._named_submodules[f"shr_l{levels - 1}_{i}_mux"][0].ports["Z"][0]
+        out |= bit(z) << i
+    return out - (1 << len(x)) if out >> (len(x) - 1) else out
+
+
+@pytest.mark.parametrize("width, sh_bits", [(51, 6), (42, 6), (20, 4)])
+def test_shifter_instances_shift_right(width, sh_bits):
+    from amaranth import Module, signed
+
+    m = Module()
+    x, sh = Signal(signed(width), name="x"), Signal(sh_bits, name="sh")
+    shift_right(m, x, sh, primitive=True)
+    rng = np.random.default_rng(width)
+    lo, hi = -(1 << (width - 1)), (1 << (width - 1)) - 1
+    for xv in [lo, hi, -1, 0, 1, *rng.integers(lo, hi + 1, 6)]:
+        for shv in range(1 << sh_bits):
+            got = _eval_primitive_shifter(m, x, sh, int(xv) & ((1 << width) - 1), shv)
+            assert got == int(xv) >> shv, f"{int(xv)} >> {shv}: {got}"
