@@ -158,6 +158,12 @@ MUTANTS = [
     _m("row-out-one-finish-per-cycle", "output stage counts one finished chunk when both cores finish together",
        "hw/accel/row_out.py", "inc = sum(hits[1:], hits[0])", "inc = 1",
        "tests/test_row_out.py::test_row_out_latency_and_sums"),
+    _m("row-out-drops-second-finish", "output stage counts only core 0's finish when both cores finish "
+       "in the same cycle (the other core's chunk is lost)", "hw/accel/row_out.py",
+       "hits = [self.done[p].valid & (self.done[p].p.tag == b) for p in range(P)]",
+       "hits = [self.done[p].valid & ((p == 0) | ~self.done[0].valid) & (self.done[p].p.tag == b) "
+       "for p in range(P)]",
+       "tests/test_row_out.py::test_row_out_latency_and_sums", f"{_F}[row_out_rows]"),
     _m("row-out-untouched-core", "output stage adds a core's sums for a row that core never touched",
        "hw/accel/row_out.py", "Mux(self.acc_touched[p], self.acc_data[p][n], 0)", "self.acc_data[p][n]",
        "tests/test_row_out.py::test_row_out_latency_and_sums"),

@@ -40,6 +40,7 @@ TWINS = [
     ("replay_cache_memory", "cache-address-range", "address in range"),
     ("replay_cache_memory", "cache-write-disabled", "returns the value last written"),
     ("row_out_rows", "row-out-one-finish-per-cycle", "a complete row leaves on o in time (no row lost)"),
+    ("row_out_rows", "row-out-drops-second-finish", "a complete row leaves on o in time (no row lost)"),
     ("row_out_rows", "row-out-early-full", "a row leaves only once all its chunks are done"),
     ("weight_store_memory", "weight-store-write-bank", "returns the block last written"),
     ("weight_store_memory", "weight-store-read-bank", "port B returns the block last written"),
