@@ -87,3 +87,42 @@ def test_hw_and_sw_are_split_into_sub_packages():
         assert not outside, f"{top}/ holds modules outside its sub-packages: {outside}"
         packages = sorted(p.name for p in (REPO / top).iterdir() if (p / "__init__.py").exists())
         assert len(packages) >= 4, packages
+
+
+#: What ``hw/accel`` may hold besides the blocks the accelerator is built of: what those blocks and
+#: the host share (layouts, the weight order) and the host's payload packing.
+ACCEL_SHARED = {"hw.accel", "hw.accel.layouts", "hw.accel.mv_layout", "hw.accel.payload"}
+
+
+def reachable(graph: dict[str, set[str]], start: str) -> set[str]:
+    seen, todo = set(), [start]
+    while todo:
+        v = todo.pop()
+        if v not in seen:
+            seen.add(v)
+            todo += graph.get(v, ())
+    return seen
+
+
+def unbuilt_accel_modules(mods: dict[str, Path]) -> list[str]:
+    """Modules of ``hw/accel`` that the shipped accelerator (``hw.accel.accelerator``) does not import,
+    directly or through others, and that are not shared helpers."""
+    used = reachable(import_graph(mods), "hw.accel.accelerator")
+    return sorted(n for n in mods if n.startswith("hw.accel") and n not in used and n not in ACCEL_SHARED)
+
+
+def test_hw_accel_holds_only_the_shipped_datapath():
+    """Every module of ``hw/accel`` is a block the accelerator is built of (or a shared helper): a
+    retired datapath's blocks cannot stay beside it."""
+    assert unbuilt_accel_modules(modules()) == []
+
+
+def test_unbuilt_accel_module_check_sees_a_planted_block(tmp_path):
+    """The check finds a block nothing of the accelerator imports."""
+    import shutil
+
+    root = tmp_path / "repo"
+    for top in ("sw", "hw", "tb"):
+        shutil.copytree(REPO / top, root / top)
+    (root / "hw" / "accel" / "tas_unit.py").write_text("from hw.accel.layouts import tas_row_layout\n")
+    assert unbuilt_accel_modules(modules(root)) == ["hw.accel.tas_unit"]
