@@ -67,11 +67,15 @@ def tests(session):
 @nox.session(python=PYTHON)
 def sim(session):
     """The accelerator's RTL on a decode trace: ``nox -s sim -- [--trace DIR] [--full | --groups first:N]
-    [--seed S] [--stall P] [--waves]`` (default: golden/fastcar, positions 0-7 of every frame and layer).
+    [--seed S] [--stall P] [--waves]`` (default: golden/fastcar, positions 0-7 of every frame and layer;
+    the stall runs add frames 0 and 1 of every other position).
 
-    Runs the trace under random idle and backpressure (3 seeds; ``--seeds N``), and without stalls in
-    DRS, static and dense (tau = +inf) mode, each its own test on pytest-xdist workers; checks every
-    output byte, replay bit and the cycle model, and ends with one summary table (conftest.py).
+    Runs the trace under random idle and backpressure with a random schedule per group (3 seeds,
+    ``--seeds N``; the selection ``cover:N`` for ``first:N``, which touches every position, layer and
+    row), and without stalls in DRS, static, chunk round-robin and dense (tau = +inf) mode one after
+    the other in one simulator; the seeds and the no-stall runs are tests on pytest-xdist workers.
+    Checks every output byte, replay bit and TAS and the cycle model, and ends with one summary table
+    with the coverage counts (conftest.py).
     """
     ap = argparse.ArgumentParser(prog="nox -s sim --")
     ap.add_argument("--trace", default="golden/fastcar", help="decode trace directory")
