@@ -98,6 +98,10 @@ MUTANTS = [
     _m("cache-address-range", "replay-cache address uses N+1 positions per layer (runs past the end)",
        "hw/accel/replay_cache.py", "mul_const(p.layer, self._n)", "mul_const(p.layer, self._n + 1)",
        "tests/test_replay_cache_sim.py", f"{_F}[replay_cache_memory]"),
+    _m("cache-position-low-bits", "replay-cache address drops the high bit of the in-frame position "
+       "(positions N/2 apart share an entry)", "hw/accel/replay_cache.py", "mul_const(p.layer, self._n) + p.index,",
+       "mul_const(p.layer, self._n) + p.index[:len(p.index) - 1],",
+       f"{_F}[replay_cache_memory]"),
     _m("cache-read-no-hold", "replay-cache read data not held under backpressure",
        "hw/accel/replay_cache.py", "en.eq(~self.o.valid | self.o.ready)", "en.eq(1)",
        "tests/test_replay_cache_sim.py", f"{_F}[handshake_replay_cache]"),

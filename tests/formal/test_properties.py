@@ -38,6 +38,7 @@ TWINS = [
     ("reorder_buffer_order", "rob-head-skips", ""),
     ("replay_cache_memory", "cache-address-alias", "returns the value last written"),
     ("replay_cache_memory", "cache-address-range", "address in range"),
+    ("replay_cache_memory", "cache-position-low-bits", "returns the value last written"),
     ("replay_cache_memory", "cache-write-disabled", "returns the value last written"),
     ("row_out_rows", "row-out-one-finish-per-cycle", "a complete row leaves on o in time (no row lost)"),
     ("row_out_rows", "row-out-drops-second-finish", "a complete row leaves on o in time (no row lost)"),
