@@ -87,11 +87,15 @@ class _Core:
 
 
 def group_cycles(cfg: AccelConfig, replay, schedule: str = "drs", *, lat: Latencies | None = None,
-                    limit: int = 1 << 20) -> int:
+                 limit: int = 1 << 20, arrive=None, on_take=None) -> int:
     """Cycles of one group (first row taken to last row given, inclusive) for the replay mask
     ``replay[B]`` (1 = replayed; frame-0 and dense runs compute every row) and ``schedule``
     (``drs``, ``chunk_rr`` or ``static``), with rows offered back to back and the output always
-    ready, as the cycle runs of the regression and the bench feed them."""
+    ready, as the cycle runs of the regression and the bench feed them.
+
+    ``arrive[b]``: the cycle row ``b`` is taken, counted from the first (default ``b``: back to
+    back; later rows model idle cycles on the input, as the testbench's stall runs make them);
+    ``on_take(t, b)``: called when row ``b``'s decision leaves the TAS group in cycle ``t``."""
     if schedule not in ("drs", "chunk_rr", "static"):
         raise ValueError(f"schedule must be drs, chunk_rr or static, not {schedule!r}")
     lat = lat or Latencies(cfg)
@@ -99,7 +103,8 @@ def group_cycles(cfg: AccelConfig, replay, schedule: str = "drs", *, lat: Latenc
     B, P, S = len(replay), cfg.cores, cfg.chunks
     gu_len, d_len = cfg.mv_blocks_per_chunk
     cores = [_Core() for _ in range(P)]
-    head, head_from = 0, lat.tas       # the next decision and the first cycle it is on the TAS output
+    arrive = list(range(len(replay))) if arrive is None else [int(a) for a in arrive]
+    head, head_from = 0, lat.tas + arrive[0]   # the next decision and the first cycle it is on the TAS output
     holders = [None] * (P if schedule == "static" else 1)   # (row, next chunk)
     done_at = {}                       # cycle -> rows whose count goes up in that cycle
     count = [0] * B
@@ -147,6 +152,8 @@ def group_cycles(cfg: AccelConfig, replay, schedule: str = "drs", *, lat: Latenc
                 ro_busy, ro_row = True, full[0]
                 count[ro_row] = 0
                 ro_valid_at = t + lat.row_out
+        if took is not None and on_take is not None:
+            on_take(t, head)
         if took is not None:
             if took == "read":
                 cache_out_at = t + 1
@@ -154,7 +161,7 @@ def group_cycles(cfg: AccelConfig, replay, schedule: str = "drs", *, lat: Latenc
             else:
                 holders[head % P if schedule == "static" else 0] = (head, 0)
             head += 1
-            head_from = max(t + 1, head + lat.tas)
+            head_from = max(t + 1, head + lat.tas, (arrive[head] + lat.tas) if head < B else 0)
         # Reorder buffer: the head row leaves the cycle after it entered, one row per cycle.
         if out_next in rob_in and rob_in[out_next] < t:
             if out_next == B - 1:

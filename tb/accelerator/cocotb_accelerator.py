@@ -207,7 +207,7 @@ class TB:
             self.bus[p].tdata.value = 0
         self.cfg_src = None
         self.stall, self.x_gaps = 0.0, None
-        self.second_computed = {}     # frame -> its second computed row (x_gaps)
+        self.group_info = {}          # frame -> (replay mask, schedule), for x_gaps
         self.width = width
 
     def set_stalls(self, seed, p):
@@ -222,7 +222,7 @@ class TB:
                                                byte_size=self.width["s_axis_cfg"])
                 self.cfg_src.log.setLevel("WARNING")
             self.cfg_src.set_pause_generator(random_pauses(seed, p))
-            self.x_gaps = x_gaps(seed + 1, p, sum(self.cfg.mv_blocks_per_chunk), self.second_computed)
+            self.x_gaps = x_gaps(seed + 1, p, self.cfg, self.group_info)
             self.y_sink.set_pause_generator(random_pauses(seed + 7, p))
         else:
             if self.cfg_src is not None:
@@ -270,23 +270,61 @@ class TB:
         await ClockCycles(self.dut.clk, 4)
 
 
-def x_gaps(seed: int, p: float, period: int, second_computed: dict):
+def queue_gaps(cfg: AccelConfig) -> list[int]:
+    """Pauses before a group's last row after which its decision leaves the TAS group in the very
+    cycle the dispatcher takes row 1's (rows 0 and 1 computed, DRS), while the decision before it
+    waits in the output queue: the queue moves up and takes a new decision in one cycle. Found by
+    stepping the cycle model (:func:`sw.perf.cycles.group_cycles` with ``arrive``)."""
+    from sw.perf.cycles import Latencies, group_cycles
+
+    lat, B = Latencies(cfg), cfg.batch
+    if B < 4:
+        return []
+    out = []
+    for gap in range(4 * sum(cfg.mv_blocks_per_chunk)):
+        arrive = [*range(B - 1), B - 1 + gap]
+        hit = []
+
+        def on_take(t, b, arrive=arrive, hit=hit):
+            if b == 1 and arrive[B - 1] + lat.tas == t and arrive[B - 2] + lat.tas < t:
+                hit.append(t)
+
+        group_cycles(cfg, [0, 0] + [1] * (B - 2), "drs", lat=lat, arrive=arrive, on_take=on_take)
+        if hit:
+            out.append(gap)
+    return out
+
+
+def x_gaps(seed: int, p: float, cfg: AccelConfig, groups: dict):
     """Idle cycles before each row on ``x`` in the stall runs, as ``gaps(frame, beat)``: as many as a
-    pause with probability ``p`` in every cycle gives, and in a share :data:`ALIGN_P` of the groups one
-    long pause before the group's second computed row (``second_computed[frame]``, set by the run),
-    of a length that lines the two rows' passes up on two cores under the static schedule
-    (``period`` = one chunk's GU and D blocks; the cycle model, stepped with such gaps, finds these
-    lengths), so that both cores finish a pass in the same cycle."""
+    pause with probability ``p`` in every cycle gives, and in a share :data:`ALIGN_P` of the groups
+    one long pause (``groups[frame] = (replay mask, schedule)``, set by the run):
+
+    - static schedule, two or more computed rows: before the second computed row, of a length that
+      lines the two rows' passes up on two cores (one chunk's GU and D blocks, less 1 or 3; the
+      cycle model, stepped with such gaps, finds these), so that both cores finish a pass in the
+      same cycle;
+    - DRS or chunk round-robin, rows 0 and 1 computed: before the last row, one of
+      :func:`queue_gaps`, so that the TAS group's output queue moves up and takes a decision in the
+      same cycle.
+    """
     import random
 
     rng = random.Random(seed)
-    align = [period - 3, period - 1]
+    period = sum(cfg.mv_blocks_per_chunk)
+    align, queue = [period - 3, period - 1], queue_gaps(cfg)
     chosen = {}
 
     def gaps(n, i):
         if n not in chosen:
-            k = second_computed.get(n)
-            chosen[n] = (k, rng.choice(align)) if k is not None and rng.random() < ALIGN_P else None
+            chosen[n] = None
+            mask, schedule = groups.get(n, (None, None))
+            if mask is not None and rng.random() < ALIGN_P:
+                computed = np.flatnonzero(np.asarray(mask) == 0)
+                if schedule == "static" and computed.size >= 2:
+                    chosen[n] = (int(computed[1]), rng.choice(align))
+                elif schedule != "static" and queue and mask[0] == mask[1] == 0:
+                    chosen[n] = (len(mask) - 1, rng.choice(queue))
         if chosen[n] is not None and chosen[n][0] == i:
             return chosen[n][1]
         k = 0
@@ -369,11 +407,8 @@ async def run_mode(dut, tr, cfg, groups, mode, seed, stall, log, *, reset=True, 
     threshold = None if mode != "dense" else quant.THRESHOLD_NEVER
     want_y, want_r = expected(tr, groups, mode)
     frames = group_frames(cfg, tr, groups, threshold=threshold)
-    tb.second_computed.clear()
-    for n, g in enumerate(groups):
-        computed = np.flatnonzero(want_r[g] == 0)
-        if computed.size >= 2:
-            tb.second_computed[n] = int(computed[1])
+    tb.group_info.clear()
+    tb.group_info.update({n: (want_r[g], sched[n]) for n, g in enumerate(groups)})
     before = read_counters(dut, cfg)
     first_group = before["groups"]
     lay = out_user_layout(cfg)
