@@ -248,8 +248,10 @@ def test_synthesis_default_store_maps_to_dp16kd(tmp_path):
     assert types["DP16KD"] == dut.lanes * dut.banks == 160
     assert not any(t in types for t in ("TRELLIS_DPR16X4", "DPR16X4C", "$mem", "$mem_v2")), types
     # The bank select stays one LUT4 per register (three partial words per port and lane, then their
-    # OR): no wide-LUT (L6MUX21) trees.
-    assert types["LUT4"] >= 4 * 1024 and types["L6MUX21"] == 0, types
+    # OR): no wide-LUT (L6MUX21) trees, which would number in the hundreds. The few L6MUX21 there are
+    # belong to the write address's range check (13 bits against the depth, into port A's address
+    # multiplexer).
+    assert types["LUT4"] >= 4 * 1024 and types["L6MUX21"] <= 16, types
     for c in cells:
         if c["type"] == "DP16KD":
             p = c["parameters"]

@@ -230,7 +230,7 @@ class WeightStore(wiring.Component):
 
         # Stage 1 (end of t): port A's address (the write's if there is one), port B's, the write's
         # bank enables, each in trunk copies; the write words once per lane.
-        write = self.w.valid
+        write = self.w.valid & (self.w.payload.addr < self.depth)    # beyond the depth: no write
         w_addr, w_data = self.w.payload.addr, self.w.payload.data
         a_addr = Signal(addr_bits)
         m.d.comb += a_addr.eq(Mux(write, w_addr, self.r_addr[0]))
@@ -240,11 +240,7 @@ class WeightStore(wiring.Component):
                 lane, half = weight_position(n, k, cfg.mv_in)
                 m.d.comb += words[lane][half * HALF_BITS:(half + 1) * HALF_BITS].eq(w_data[n * cfg.mv_in + k])
         words_1 = [reg(word, f"w_word{lane}_s1") for lane, word in enumerate(words)]
-        # An address beyond the depth writes nothing: only the last bank can be partial, so only its
-        # enable needs the comparison (a full bank's rows cover every address with its bank bits).
         w_bank = onehot_bank(w_addr)
-        if self.banks * BANK_WORDS > self.depth:
-            w_bank = w_bank & Cat(*([C(1, 1)] * (self.banks - 1)), w_addr < self.depth)
         trunk = []
         for t in range(self._trunks):
             trunk.append({
