@@ -204,17 +204,20 @@ def select_groups(tr, spec: str) -> list[int]:
     position is below N (all layers and frames; self-contained, since a position only replays its
     own earlier outputs); ``first:N:F`` the same in frames below F only (a prefix of the decode, so
     still self-contained); ``cover:N`` every group of ``first:N`` and frames 0 and 1 of every other
-    position, in the layer ``position mod layers`` (so that every position, layer and row is
-    touched, and every position replays once from its own frame 0). :class:`ValueError` for any
+    position, in the layer ``position mod layers`` and, for the last position, in every layer (so
+    that every position, layer and row is touched, every position replays once from its own frame
+    0, and the replay cache's entries on both sides of every boundary between layers are used). :class:`ValueError` for any
     other ``spec``."""
     if spec == "full":
         return list(range(len(tr.group_layer)))
     kind, *nums = spec.split(":")
     if kind == "cover" and len(nums) == 1 and nums[0].isdigit() and int(nums[0]) >= 1:
         n, layers = int(nums[0]), int(tr.group_layer.max()) + 1
+        last = int(tr.group_index.max())
         return [g for g in range(len(tr.group_layer))
                 if tr.group_index[g] < n
-                or (tr.group_frame[g] < 2 and tr.group_layer[g] == tr.group_index[g] % layers)]
+                or (tr.group_frame[g] < 2 and (tr.group_layer[g] == tr.group_index[g] % layers
+                                               or tr.group_index[g] == last))]
     if kind != "first" or len(nums) not in (1, 2) or not all(n.isdigit() and int(n) >= 1 for n in nums):
         raise ValueError(f"{spec!r}: expected 'full', 'first:N', 'first:N:F' or 'cover:N' with N, F >= 1")
     n, f = int(nums[0]), int(nums[1]) if len(nums) == 2 else None
