@@ -119,7 +119,7 @@ MUTANTS = [
        f"{_F}[handshake_reorder_buffer]", "tests/test_reorder_buffer_sim.py"),
     _m("sum-bits-no-sign", "accumulator widths without the sign bit (sw/golden/quant.py sum_bits)",
        "sw/golden/quant.py", "bit_length() + 1", "bit_length()",
-       "tests/test_mv_unit.py"),
+       "tests/test_config.py::test_mv_geometry_of_the_default", f"{_F}[mv_unit_width]"),
     _m("lane-round-half-up", "requantiser lane rounds ties up, not to even",
        "hw/accel/requant_lane.py", "up.eq(round4 & (sticky4 | q4[0]))", "up.eq(round4)",
        "tests/test_requant_lane.py"),
