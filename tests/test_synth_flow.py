@@ -5,14 +5,14 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tb.board.small_trace import SMALL_ACCEL
+from hw.formal.properties import TINY_ACCEL
 
 REPO = Path(__file__).resolve().parent.parent
 
 
 def test_synth_small_accelerator(tmp_path):
     accel = tmp_path / "accel.json"
-    accel.write_text(json.dumps(SMALL_ACCEL.to_dict()))
+    accel.write_text(json.dumps(TINY_ACCEL.to_dict()))
     out = tmp_path / "synth"
     r = subprocess.run([sys.executable, "-m", "hw.flow.synth", "--accel", str(accel), "--harness",
                         "--build-dir", str(out), "--mhz", "50"], cwd=REPO, capture_output=True, text=True)
@@ -24,15 +24,15 @@ def test_synth_small_accelerator(tmp_path):
     assert Path(report["bitstream"]).stat().st_size > 100_000
     assert report["dsp_total"] == 156 and report["ebr_total"] == 208
     # One MULT18X18D per MAC unit at least, and block RAM for the weights and tables.
-    assert report["dsp_used"] >= SMALL_ACCEL.mac_units and report["ebr_used"] >= 1
+    assert report["dsp_used"] >= TINY_ACCEL.mac_units and report["ebr_used"] >= 1
     assert report["fmax_mhz"] > 50 and report["timing_met"] and report["lut4"] > 100
-    assert report["accel"] == SMALL_ACCEL.to_dict()
+    assert report["accel"] == TINY_ACCEL.to_dict()
     assert "fmax" in r.stdout and "DSP" in r.stdout   # the readable table
 
 
 def test_synth_bad_config_is_one_line(tmp_path):
     accel = tmp_path / "accel.json"
-    accel.write_text(json.dumps({**SMALL_ACCEL.to_dict(), "d_ff": 17}))
+    accel.write_text(json.dumps({**TINY_ACCEL.to_dict(), "d_ff": 17}))
     r = subprocess.run([sys.executable, "-m", "hw.flow.synth", "--accel", str(accel)], cwd=REPO,
                        capture_output=True, text=True)
     assert r.returncode == 1
