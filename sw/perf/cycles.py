@@ -87,7 +87,7 @@ class _Core:
 
 
 def group_cycles(cfg: AccelConfig, replay, schedule: str = "drs", *, lat: Latencies | None = None,
-                 limit: int = 1 << 20, arrive=None, on_take=None) -> int:
+                 limit: int = 1 << 20, arrive=None, on_take=None, on_finish=None) -> int:
     """Cycles of one group (first row taken to last row given, inclusive) for the replay mask
     ``replay[B]`` (1 = replayed; frame-0 and dense runs compute every row) and ``schedule``
     (``drs``, ``chunk_rr`` or ``static``), with rows offered back to back and the output always
@@ -95,7 +95,10 @@ def group_cycles(cfg: AccelConfig, replay, schedule: str = "drs", *, lat: Latenc
 
     ``arrive[b]``: the cycle row ``b`` is taken, counted from the first (default ``b``: back to
     back; later rows model idle cycles on the input, as the testbench's stall runs make them);
-    ``on_take(t, b)``: called when row ``b``'s decision leaves the TAS group in cycle ``t``."""
+    ``on_take(t, b)``: called when row ``b``'s decision leaves the TAS group in cycle ``t``;
+    ``on_finish(t, rows)``: called when the output stage counts finished D passes in cycle ``t``,
+    one entry of ``rows`` per core that finished one (a row twice: two cores finished chunks of
+    it together)."""
     if schedule not in ("drs", "chunk_rr", "static"):
         raise ValueError(f"schedule must be drs, chunk_rr or static, not {schedule!r}")
     lat = lat or Latencies(cfg)
@@ -117,7 +120,10 @@ def group_cycles(cfg: AccelConfig, replay, schedule: str = "drs", *, lat: Latenc
         if t > limit:
             raise RuntimeError(f"cycle model: group did not finish in {limit} cycles (replay {replay})")
         # Registered state of this cycle.
-        for row in done_at.pop(t, ()):
+        finished = done_at.pop(t, ())
+        if finished and on_finish is not None:
+            on_finish(t, list(finished))
+        for row in finished:
             count[row] += 1
         if ro_busy and not ro_valid and t == ro_valid_at:
             ro_valid = True
