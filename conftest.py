@@ -74,11 +74,11 @@ def accelerator_summary(runs: list[dict], wall_s: float) -> tuple[list[str], str
     from tb.accelerator.test_accelerator import compare_modes
 
     runs = sorted(runs, key=lambda r: (r["trace"], r["seed"] is None, r["mode"], r["seed"] or 0))
-    lines = [f"{'trace':<10}{'run':<16}{'groups':>7}{'rows checked':>14}{'DUT cycles':>12}{'sim cycles':>12}"
+    lines = [f"{'trace':<15}{'run':<16}{'groups':>7}{'rows checked':>14}{'DUT cycles':>12}{'sim cycles':>12}"
              f"{'wall s':>8}{'cycles/s':>10}{'of model':>10}"]
     for r in runs:
         name = f"stalls seed {r['seed']}" if r["seed"] is not None else r["mode"]
-        lines.append(f"{Path(r['trace']).name:<10}{name:<16}{r['n_groups']:>7}{r['rows_checked']:>14,}{r['total_cycles']:>12,}"
+        lines.append(f"{Path(r['trace']).name:<15}{name:<16}{r['n_groups']:>7}{r['rows_checked']:>14,}{r['total_cycles']:>12,}"
                      f"{r['sim_cycles']:>12,}{r['wall_s']:>8.1f}{r['sim_cycles'] / r['wall_s']:>10,.0f}"
                      f"{_of_model(r):>10}")
     failure = None

@@ -147,3 +147,25 @@ class AccelConfig:
 
 #: The accelerator that ``nox -s sim`` and ``nox -s synth`` build: the shipped model, two cores.
 DEFAULT_ACCEL = AccelConfig()
+
+#: The second geometry the RTL is checked on (``golden/corners-small``): other sizes everywhere
+#: (d 16, d_ff 48, 4 x 4 matrix-vector units) and an odd number of chunks per row. With an even
+#: number of chunks and two cores, DRS and chunk round-robin put a row's chunks alternately on the
+#: cores, one cycle apart, so the cores never finish chunks of one row in the same cycle; with 3
+#: chunks they can, and the output stage must count both (docs/verification.md).
+SMALL_ACCEL = AccelConfig(d_model=16, d_ff=48, layers=4, tokens_per_frame=4, batch=4, cores=2, chunks=3,
+                          tas_lanes=4, mv_in=4, mv_out=4)
+
+
+def trace_accel(manifest: dict) -> AccelConfig:
+    """The accelerator a decode trace was built for: its manifest's ``accel`` field (the corner
+    traces), else :data:`DEFAULT_ACCEL` (a model trace is cut for the default accelerator)."""
+    if manifest.get("accel") is None:
+        return DEFAULT_ACCEL
+    cfg = AccelConfig.from_dict(manifest["accel"], source="trace manifest field 'accel'")
+    dims = manifest.get("dims") or {}
+    for k in ("layers", "batch", "d_model", "d_ff"):
+        if k in dims and dims[k] != getattr(cfg, k):
+            raise ConfigError(f"trace manifest field 'accel': {k}={getattr(cfg, k)}, but the trace's dims "
+                              f"have {k}={dims[k]}")
+    return cfg

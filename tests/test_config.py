@@ -49,3 +49,15 @@ def test_mv_geometry_of_the_default():
     assert c.mv_blocks_per_chunk == (96, 48)
     assert c.mv_weight_blocks == 4 * 8 * 144
     assert (c.gu_sum_bits, c.row_sum_bits) == (22, 24)
+
+
+def test_trace_accel_is_the_manifest_field_or_the_default():
+    from sw.config import DEFAULT_ACCEL, SMALL_ACCEL, trace_accel
+
+    assert trace_accel({"dims": {"d_model": 96}}) == DEFAULT_ACCEL
+    assert trace_accel({"accel": SMALL_ACCEL.to_dict(), "dims": {"d_model": 16, "d_ff": 48}}) == SMALL_ACCEL
+    with pytest.raises(ConfigError, match="trace manifest field 'accel': d_model=16, but the trace's dims have "
+                                          "d_model=96"):
+        trace_accel({"accel": SMALL_ACCEL.to_dict(), "dims": {"d_model": 96}})
+    with pytest.raises(ConfigError, match="trace manifest field 'accel': .*'chunks' must be a positive integer"):
+        trace_accel({"accel": {**SMALL_ACCEL.to_dict(), "chunks": 0}})

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from sw.config import DEFAULT_ACCEL, SMALL_ACCEL, trace_accel
 from sw.golden import quant
 from sw.trace import corners
 from sw.trace.decode import check_decode_trace, load_decode_trace
@@ -24,13 +25,16 @@ def committed():
     return load_decode_trace(CORNERS)
 
 
-def test_committed_trace_is_what_the_command_makes(tmp_path, committed):
-    manifest, t = corners.build()
-    for name, arr in t.items():
-        assert np.array_equal(np.asarray(arr), committed.t[name]), f"golden/corners/{name}.npy differs"
+@pytest.mark.parametrize("name,cfg", [("corners", None), ("corners-small", SMALL_ACCEL)])
+def test_committed_trace_is_what_the_command_makes(name, cfg):
+    committed = load_decode_trace(REPO / "golden" / name)
+    manifest, t = corners.build(cfg=cfg)
+    for tensor, arr in t.items():
+        assert np.array_equal(np.asarray(arr), committed.t[tensor]), f"golden/{name}/{tensor}.npy differs"
     want = json.loads(json.dumps(manifest))
     got = {k: v for k, v in committed.manifest.items() if k not in ("format", "version", "kind", "tensors")}
-    assert got == want, "golden/corners/manifest.json differs from python sw/export_trace.py --corners"
+    assert got == want, f"golden/{name}/manifest.json differs from {manifest['source']}"
+    assert trace_accel(committed.manifest) == (cfg or DEFAULT_ACCEL)
 
 
 def test_every_class_is_held_and_the_trace_follows_the_rules(committed):

@@ -146,7 +146,9 @@ def measure(cfg: AccelConfig, static: bool,
     return cycles, np.array(replay).reshape(G, B), want
 
 
-@pytest.fixture(scope="module")
+# Session scope: pytest-xdist may run other modules' tests on this worker between the ones that use
+# it, and a module fixture would then be measured again (75 s each time).
+@pytest.fixture(scope="session")
 def rtl_cycles():
     """DRS, static and chunk round-robin runs of every replay mask, measured on the RTL (about 60 s)."""
     out = {}
@@ -182,3 +184,42 @@ def test_bench_model_check_on_measured_cycles(rtl_cycles):
     bad["static"]["cycles"][1] = round(bad["static"]["cycles"][1] * 1.03)
     with pytest.raises(SystemExit, match=r"static: the cycle model is off by .* on group 1 \(RTL"):
         model_check(SIM_CFG, masks, bad, groups, where="sim")
+
+
+def _same_row_finishes(cfg: AccelConfig, rng, runs: int) -> int:
+    """Groups, of ``runs`` with random replay masks, schedules and pauses between rows, in which the
+    cycle model counts two finished D passes of one row in the same cycle."""
+    hits = 0
+    for _ in range(runs):
+        B = cfg.batch
+        arrive, a = [], 0
+        for _b in range(B):
+            arrive.append(a)
+            a += 1 + (int(rng.integers(0, 3 * sum(cfg.mv_blocks_per_chunk))) if rng.random() < 0.6 else 0)
+        seen = []
+        group_cycles(cfg, rng.random(B) < 0.4, str(rng.choice(["drs", "chunk_rr", "static"])), arrive=arrive,
+                     on_finish=lambda t, rows: seen.append(len(rows) != len(set(rows))))
+        hits += any(seen)
+    return hits
+
+
+def test_two_cores_finish_one_row_together_only_when_chunks_split_unevenly():
+    """With a row's chunks a multiple of the two cores (the default: 8), DRS and chunk round-robin
+    alternate them between the cores one cycle apart, so no two chunks of a row finish in the same
+    cycle, whatever the pauses between rows; with 3 chunks (``SMALL_ACCEL``) they do, and the
+    testbench's pauses (``same_row_gaps``) make it happen on the RTL."""
+    from sw.config import SMALL_ACCEL
+    from tb.accelerator.cocotb_accelerator import same_row_gaps
+
+    rng = np.random.default_rng(0)
+    even = [DEFAULT_ACCEL, SIM_CFG, AccelConfig(d_model=16, d_ff=48, layers=1, tokens_per_frame=4, batch=4,
+                                                   cores=2, chunks=2, tas_lanes=4, mv_in=4, mv_out=4)]
+    for cfg in even:
+        assert _same_row_finishes(cfg, rng, 150) == 0, cfg
+        assert same_row_gaps(cfg, (0, 0, 0, 0), "drs") == ()
+    assert _same_row_finishes(SMALL_ACCEL, rng, 150) > 0
+    row, gap = same_row_gaps(SMALL_ACCEL, (0, 0, 0, 0), "drs")[0]
+    seen = []
+    group_cycles(SMALL_ACCEL, [0, 0, 0, 0], "drs", arrive=[b + (gap if b >= row else 0) for b in range(4)],
+                 on_finish=lambda t, rows: seen.append(rows))
+    assert any(len(r) == 2 and r[0] == r[1] for r in seen)

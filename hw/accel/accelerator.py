@@ -38,6 +38,10 @@ def coverage_events(cfg: AccelConfig) -> dict[str, str]:
               "cov_tas_queue_empty": "the TAS group's output queue was empty",
               "cov_rob_full": "every reorder-buffer slot held a row",
               "cov_rob_empty": "no reorder-buffer slot held a row"}
+    if cfg.cores > 1 and cfg.chunks % cfg.cores:
+        # Only then: with chunks a multiple of two cores, a row's chunks alternate between the
+        # cores one cycle apart, and no two finish together (docs/verification.md).
+        events["cov_finish_same_row"] = "two cores finished D passes of the same row in the same cycle"
     for p in range(cfg.cores):
         events[f"cov_job_held_{p}"] = f"core {p}'s job slot was full (no job taken from the dispatcher)"
         events[f"cov_job_free_{p}"] = f"core {p}'s job slot was empty"
@@ -252,11 +256,15 @@ class Accelerator(wiring.Component):
                 m.d.sync += self.cov_tas_queue_peak.eq(tas.queue_level)
             held = {"cov_finish_together": mlp.finishes >= 2,
                     "cov_tas_queue_empty": tas.queue_level == 0,
-                    "cov_rob_full": rob.occupied.all(), "cov_rob_empty": ~rob.occupied.any()}
+                    "cov_rob_full": rob.occupied.all(), "cov_rob_empty": ~rob.occupied.any(),
+                    "cov_finish_same_row": mlp.finish_same_row}
             for p in range(P):
                 held[f"cov_job_held_{p}"] = mlp.job_held[p]
                 held[f"cov_job_free_{p}"] = ~mlp.job_held[p]
+            events = coverage_events(self._cfg)
             for name, cond in held.items():
+                if name not in events:
+                    continue
                 counter = getattr(self, name)
                 with m.If(cond):
                     m.d.sync += counter.eq(counter + 1)

@@ -51,6 +51,9 @@ class MlpEngine(wiring.Component):
         The core holds a job, runs a pass or has a chunk waiting for its D pass.
     finishes : Out(range(cores + 1))
         Cores that report a finished D pass to the output stage in this cycle (for coverage counts).
+    finish_same_row : Out(1)
+        Two cores report finished D passes of the same row in this cycle (for coverage counts;
+        reachable only when a row's chunks do not split evenly over the cores, docs/verification.md).
     job_held : Out(1).array(cores)
         The core's one-job slot is full: it takes no job from the dispatcher (for coverage counts).
     """
@@ -74,6 +77,7 @@ class MlpEngine(wiring.Component):
             "group_start": In(1),
             "core_busy": Out(1).array(cfg.cores),
             "finishes": Out(range(cfg.cores + 1)),
+            "finish_same_row": Out(1),
             "job_held": Out(1).array(cfg.cores),
         })
 
@@ -117,5 +121,9 @@ class MlpEngine(wiring.Component):
                 out.done[p].valid.eq(core.done.valid), out.done[p].p.eq(core.done.p),
                 self.core_busy[p].eq(core.busy), self.job_held[p].eq(~core.i.ready),
             ]
-        m.d.comb += self.finishes.eq(sum(m.submodules[f"core_{p}"].done.valid for p in range(P)))
+        done = [m.submodules[f"core_{p}"].done for p in range(P)]
+        m.d.comb += self.finishes.eq(sum(d.valid for d in done))
+        pairs = [done[a].valid & done[b].valid & (done[a].p.tag == done[b].p.tag)
+                 for a in range(P) for b in range(a + 1, P)]
+        m.d.comb += self.finish_same_row.eq(Cat(*pairs).any() if pairs else 0)
         return m

@@ -27,7 +27,10 @@ What it holds (the manifest's ``corners`` field lists every group's classes and 
   (``-2**31``, replays whenever the guard allows).
 
 Geometry: the default accelerator's (``sw.config.DEFAULT_ACCEL``: 4 layers, d 96, d_ff 256,
-4 heads x 24, batch 4), 8 frames of 4 positions: 128 groups.
+4 heads x 24, batch 4), 8 frames of 4 positions: 128 groups. ``--small`` builds the same trace for
+``sw.config.SMALL_ACCEL`` (d 16, d_ff 48, 3 chunks; ``golden/corners-small``), the second geometry
+the RTL is checked on; its few hidden channels do not reach every class (the manifest counts
+them, and only the default geometry must have all).
 """
 
 from __future__ import annotations
@@ -237,11 +240,12 @@ PATTERNS = {
 }
 
 
-def build(*, seed: int = SEED) -> tuple[dict, dict]:
-    """The corner trace's manifest fields and tensors (``sw.trace.decode.write_decode_trace`` input)."""
+def build(*, seed: int = SEED, cfg=None) -> tuple[dict, dict]:
+    """The corner trace's manifest fields and tensors (``sw.trace.decode.write_decode_trace`` input)
+    for the accelerator ``cfg`` (default ``sw.config.DEFAULT_ACCEL``, which must hold every class)."""
     from sw.config import DEFAULT_ACCEL
 
-    cfg = DEFAULT_ACCEL
+    cfg = cfg or DEFAULT_ACCEL
     L, d, f, B = cfg.layers, cfg.d_model, cfg.d_ff, cfg.batch
     H = 4
     dh = d // H
@@ -328,13 +332,14 @@ def build(*, seed: int = SEED) -> tuple[dict, dict]:
     group_classes = [sorted(c) for c in classes]
     counts = {name: sum(name in c for c in classes) for name in CLASSES}
     missing = [n for n, v in counts.items() if v == 0]
-    if missing:
+    if missing and cfg == DEFAULT_ACCEL:
         raise RuntimeError(f"corner trace (seed {seed}) lacks the classes {missing}")
     extremes = {s: sorted({f"mult={m}" for m, _ in EXTREME_CONSTANTS} | {f"shift={s_}" for _, s_ in
                                                                          EXTREME_CONSTANTS})
                 for s in ("gate", "up", "down")}
     manifest = {
-        "source": "python sw/export_trace.py --corners",
+        "source": "python sw/export_trace.py --corners" + ("" if cfg == DEFAULT_ACCEL else " --small"),
+        "accel": cfg.to_dict(),
         "model": None,
         "dims": {"layers": L, "groups": G, "batch": B, "d_model": d, "d_ff": f, "n_heads": H, "head_dim": dh},
         "layers": L, "frames": F, "tokens_per_frame": N,
@@ -364,11 +369,13 @@ def build(*, seed: int = SEED) -> tuple[dict, dict]:
     return manifest, t
 
 
-def export_corner_trace(out, *, force: bool = False, seed: int = SEED) -> dict:
-    """Write the corner trace to ``out`` (atomically; ``force`` to replace)."""
+def export_corner_trace(out, *, force: bool = False, seed: int = SEED, small: bool = False) -> dict:
+    """Write the corner trace to ``out`` (atomically; ``force`` to replace); ``small``: for
+    ``sw.config.SMALL_ACCEL``."""
+    from sw.config import SMALL_ACCEL
     from sw.trace.decode import write_decode_trace
 
-    manifest, t = build(seed=seed)
+    manifest, t = build(seed=seed, cfg=SMALL_ACCEL if small else None)
     write_decode_trace(out, manifest, t, force=force)
     return {"out": str(out), "groups": manifest["dims"]["groups"], "counts": manifest["corners"]["counts"]}
 

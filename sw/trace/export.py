@@ -15,6 +15,7 @@ Usage::
     python sw/export_trace.py                                   # decode trace of the shipped model
     python sw/export_trace.py --prompt "red square moves up" --tau -2 --frames 8 --out DIR --force
     python sw/export_trace.py --corners --out golden/corners --force   # the corner-case trace
+    python sw/export_trace.py --corners --small --out golden/corners-small --force   # ... on SMALL_ACCEL
 """
 
 from __future__ import annotations
@@ -203,6 +204,9 @@ def main(argv=None) -> int:
     ap.add_argument("--corners", action="store_true",
                     help="write the directed corner-case trace instead (constructed integers, "
                          "sw/trace/corners.py; default --out build/traces/corners)")
+    ap.add_argument("--small", action="store_true",
+                    help="with --corners: for the second geometry, sw.config.SMALL_ACCEL (d 16, d_ff 48, "
+                         "3 chunks; golden/corners-small)")
     ap.add_argument("--threads", type=int, default=1,
                     help="torch threads of the float rollout (default: %(default)s; the tiny matrices run "
                          "fastest on one, and the trace does not depend on it)")
@@ -220,13 +224,17 @@ def main(argv=None) -> int:
             print(f"wrote {info['out']}: {info['steps']} steps x {info['batch']} rows of the whole decode "
                   "step in integers (python -m sw.trace verifies it)")
             return 0
+        if args.small and not args.corners:
+            raise TraceError("--small goes with --corners (the model traces are cut for the default accelerator)")
         if args.corners:
             from sw.trace.corners import export_corner_trace
 
-            info = export_corner_trace(args.out or Path("build/traces/corners"), force=args.force)
+            info = export_corner_trace(args.out or Path("build/traces/corners" + "-small" * args.small),
+                                       force=args.force, small=args.small)
             counts = info["counts"]
-            print(f"wrote {info['out']}: {info['groups']} groups, {len(counts)} corner classes, each held "
-                  f"by {min(counts.values())} to {max(counts.values())} groups")
+            held = [v for v in counts.values() if v]
+            print(f"wrote {info['out']}: {info['groups']} groups, {len(held)} of {len(counts)} corner classes, "
+                  f"each held by {min(held)} to {max(held)} groups")
             return 0
         if args.threads < 1:
             raise TraceError(f"--threads must be at least 1, not {args.threads}")

@@ -36,6 +36,7 @@ With stalls, the input ``x`` also pauses now and then before a row for a length 
 cores' passes up (:func:`x_gaps`), so that both finish a pass in the same cycle.
 """
 
+import functools
 import json
 import os
 import time
@@ -295,6 +296,27 @@ def queue_gaps(cfg: AccelConfig) -> list[int]:
     return out
 
 
+@functools.cache
+def same_row_gaps(cfg: AccelConfig, mask: tuple, schedule: str) -> tuple:
+    """``(row, pause)`` pairs: a pause of ``pause`` idle cycles before ``row`` (the others back to back)
+    after which two cores finish D passes of the same row in the same cycle, for the replay ``mask``
+    and ``schedule``. Found by stepping the cycle model; empty when a row's chunks split evenly
+    over the cores (then it cannot happen: docs/verification.md)."""
+    from sw.perf.cycles import Latencies, group_cycles
+
+    if cfg.cores < 2 or cfg.chunks % cfg.cores == 0 or schedule == "static":
+        return ()
+    lat, B, out = Latencies(cfg), len(mask), []
+    for row in range(1, B):
+        for gap in range(3 * sum(cfg.mv_blocks_per_chunk)):
+            hit = []
+            group_cycles(cfg, mask, schedule, lat=lat, arrive=[b + (gap if b >= row else 0) for b in range(B)],
+                         on_finish=lambda t, rows, hit=hit: hit.append(len(rows) != len(set(rows))))
+            if any(hit):
+                out.append((row, gap))
+    return tuple(out)
+
+
 def x_gaps(seed: int, p: float, cfg: AccelConfig, groups: dict):
     """Idle cycles before each row on ``x`` in the stall runs, as ``gaps(frame, beat)``: as many as a
     pause with probability ``p`` in every cycle gives, and in a share :data:`ALIGN_P` of the groups
@@ -306,7 +328,10 @@ def x_gaps(seed: int, p: float, cfg: AccelConfig, groups: dict):
       same cycle;
     - DRS or chunk round-robin, rows 0 and 1 computed: before the last row, one of
       :func:`queue_gaps`, so that the TAS group's output queue moves up and takes a decision in the
-      same cycle.
+      same cycle;
+    - DRS or chunk round-robin where a row's chunks do not split evenly over the cores (the small
+      geometry): in half of the other aligned groups, one of :func:`same_row_gaps`, so that two
+      cores finish chunks of one row in the same cycle.
     """
     import random
 
@@ -321,7 +346,10 @@ def x_gaps(seed: int, p: float, cfg: AccelConfig, groups: dict):
             mask, schedule = groups.get(n, (None, None))
             if mask is not None and rng.random() < ALIGN_P:
                 computed = np.flatnonzero(np.asarray(mask) == 0)
-                if schedule == "static" and computed.size >= 2:
+                same_row = same_row_gaps(cfg, tuple(int(v) for v in mask), schedule)
+                if same_row and rng.random() < 0.5:
+                    chosen[n] = rng.choice(same_row)
+                elif schedule == "static" and computed.size >= 2:
                     chosen[n] = (int(computed[1]), rng.choice(align))
                 elif schedule != "static" and queue and mask[0] == mask[1] == 0:
                     chosen[n] = (len(mask) - 1, rng.choice(queue))

@@ -21,9 +21,10 @@ import pytest
 
 from hw.accel.accelerator import Accelerator
 from hw.lib.axis_adapter import AxisAdapter
-from sw.config import DEFAULT_ACCEL, AccelConfig
+from sw.config import DEFAULT_ACCEL, AccelConfig, trace_accel
 from sw.perf.cycles import trace_cycles
 from sw.trace.decode import load_decode_trace
+from sw.trace.format import read_manifest
 from tb.golden_mutants import MUTATIONS, write_mutated_corners
 from tb.runner import BUILD, CocotbFailure, available_simulators, run_cocotb
 
@@ -65,6 +66,11 @@ def run(cfg: AccelConfig, env: dict, tag: str, testcase="run_trace", variant: st
     return json.loads(report.read_text())
 
 
+def accel_of(trace_dir) -> AccelConfig:
+    """The accelerator the trace is built for (``sw.config.trace_accel``)."""
+    return trace_accel(read_manifest(Path(trace_dir)))
+
+
 def groups_option(request):
     return "full" if request.config.getoption("--full") else request.config.getoption("--groups")
 
@@ -97,7 +103,7 @@ def test_trace_under_stalls(trace_dir, request, stall_seed, record_property):
     testbench's scoreboard counts rows in against rows out."""
     seed, stall = stall_seed, request.config.getoption("--stall")
     groups = stall_groups(groups_option(request))
-    rep = run(DEFAULT_ACCEL, {"FASTCAR_TRACE": str(trace_dir), "FASTCAR_GROUPS": groups,
+    rep = run(accel_of(trace_dir), {"FASTCAR_TRACE": str(trace_dir), "FASTCAR_GROUPS": groups,
                               "FASTCAR_SEED": str(seed), "FASTCAR_STALL": str(stall),
                               "FASTCAR_MODES": "mixed"}, f"stall-{seed}")
     record_property("fastcar_run", summary(trace_dir, groups, rep, "mixed", seed))
@@ -110,7 +116,7 @@ def test_reset_mid_frame(trace_dir, request):
     """Three resets at random cycles while groups are in flight (under random idle and
     backpressure); after each the trace's first two positions of every frame and layer run
     bit-exact from frame 0 with a fresh configuration."""
-    rep = run(DEFAULT_ACCEL, {"FASTCAR_TRACE": str(trace_dir), "FASTCAR_GROUPS": "first:2",
+    rep = run(accel_of(trace_dir), {"FASTCAR_TRACE": str(trace_dir), "FASTCAR_GROUPS": "first:2",
                               "FASTCAR_SEED": str(request.config.getoption("--seed")),
                               "FASTCAR_STALL": str(request.config.getoption("--stall")),
                               "FASTCAR_RESETS": "3"}, "reset", testcase="reset_mid_frame")
@@ -142,13 +148,13 @@ def test_trace_cycles(trace_dir, request, record_property):
     The session summary reports each mode on its own and compares them (DRS must beat static and
     dense)."""
     groups = groups_option(request)
-    rep = run(DEFAULT_ACCEL, {"FASTCAR_TRACE": str(trace_dir), "FASTCAR_GROUPS": groups,
+    rep = run(accel_of(trace_dir), {"FASTCAR_TRACE": str(trace_dir), "FASTCAR_GROUPS": groups,
                               "FASTCAR_MODES": ",".join(MODES)}, "cycles")
     for mode in MODES:
         record_property("fastcar_run", summary(trace_dir, groups, rep, mode))
         m = rep["modes"][mode]
         print(f"\n{len(rep['groups'])} groups, {mode}: {m['total_cycles']} cycles")
-        print(check_cycle_model(DEFAULT_ACCEL, trace_dir, rep, mode))
+        print(check_cycle_model(accel_of(trace_dir), trace_dir, rep, mode))
 
 
 def compare_modes(total: dict) -> None:
@@ -192,29 +198,33 @@ def test_planted_mismatches_are_caught(tmp_path, request):
         assert ("row 2, element 17" in msg if what == "y" else "row 1: replay bit" in msg), msg
 
 
-@pytest.mark.parametrize("sim", ["verilator",
-                                 # its own group: in the test suite it runs beside the Verilator runs
-                                 pytest.param("icarus", marks=pytest.mark.xdist_group("icarus"))])
-def test_corner_trace(sim, request, record_property):
-    """The corner-case trace (golden/corners: every tie, saturation and replay boundary), whole,
-    bit-exact under random idle and backpressure, on Verilator and on Icarus."""
+#: The corner trace on the default geometry and on the small one (``sw.config.SMALL_ACCEL``: other
+#: sizes, 3 chunks a row, so two cores can finish chunks of one row in the same cycle).
+CORNER_RUNS = [
+    ("corners", "verilator"), ("corners-small", "verilator"),
+    # its own group: in the test suite it runs beside the Verilator runs
+    pytest.param("corners-small", "icarus", marks=pytest.mark.xdist_group("icarus")),
+]
+
+
+@pytest.mark.parametrize("trace,sim", CORNER_RUNS)
+def test_corner_trace(trace, sim, request, record_property):
+    """A corner-case trace (golden/corners and golden/corners-small: every tie, saturation and
+    replay boundary), whole, bit-exact under random idle and backpressure with a random schedule
+    per group; Icarus, the second simulator, runs the small geometry's."""
     if sim not in available_simulators():
         pytest.skip(f"{sim} is not installed (.ci/run installs Icarus where it can)")
     seed, stall = request.config.getoption("--seed"), request.config.getoption("--stall")
-    # Icarus runs this design at a few hundred cycles per second (and about 100 under stalls, with
-    # a Python callback per cycle), so it takes position 0 of frames 0-3 of every layer (16 groups:
-    # ties in every stage, TAS at T - 1 / T / T + 1, a chain of max_chain forced, tau = +-inf)
-    # without stalls.
-    groups, stall, mode = ("full", stall, "mixed") if sim == "verilator" else ("first:1:4", 0.0, "drs")
-    rep = run(DEFAULT_ACCEL, {"FASTCAR_TRACE": str(CORNERS), "FASTCAR_GROUPS": groups,
-                              "FASTCAR_SEED": str(seed), "FASTCAR_STALL": str(stall), "FASTCAR_MODES": mode},
-              f"corners-{sim}", sim=sim)
-    m = rep["modes"][mode]
+    trace_dir = CORNERS.parent / trace
+    cfg = accel_of(trace_dir)
+    rep = run(cfg, {"FASTCAR_TRACE": str(trace_dir), "FASTCAR_GROUPS": "full", "FASTCAR_SEED": str(seed),
+                    "FASTCAR_STALL": str(stall), "FASTCAR_MODES": "mixed"}, f"{trace}-{sim}", sim=sim)
+    m = rep["modes"]["mixed"]
     if sim == "verilator":
-        record_property("fastcar_run", summary(CORNERS, groups, rep, mode, seed))
-    assert m["rows_checked"] == 4 * len(rep["groups"]) == (512 if groups == "full" else 64)
-    print(f"\ncorner trace on {sim}: {len(rep['groups'])} groups bit-exact under stalls (p={stall}), "
-          f"{m['rows_replayed']} rows replayed, {m['rows_computed']} computed")
+        record_property("fastcar_run", summary(trace_dir, "full", rep, "mixed", seed))
+    assert m["rows_checked"] == 4 * len(rep["groups"]) == 512
+    print(f"\n{trace} on {sim}: {len(rep['groups'])} groups bit-exact under stalls (p={stall}), "
+          f"{m['rows_replayed']} rows replayed, {m['rows_computed']} computed; coverage {m['coverage']}")
 
 
 @pytest.mark.parametrize("name", MUTATIONS)
