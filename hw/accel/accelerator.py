@@ -23,7 +23,7 @@ from hw.lib.reorder_buffer import ReorderBuffer
 from hw.lib.widths import index_bits
 from sw.config import AccelConfig
 
-__all__ = ["Accelerator", "Target", "cfg_layout", "coverage_events"]
+__all__ = ["Accelerator", "Target", "cfg_layout", "coverage_events", "schedule_counters"]
 
 
 def coverage_events(cfg: AccelConfig) -> dict[str, str]:
@@ -46,6 +46,19 @@ def coverage_events(cfg: AccelConfig) -> dict[str, str]:
         events[f"cov_job_held_{p}"] = f"core {p}'s job slot was full (no job taken from the dispatcher)"
         events[f"cov_job_free_{p}"] = f"core {p}'s job slot was empty"
     return events
+
+
+def schedule_counters(cfg: AccelConfig) -> dict[str, str]:
+    """The job counters of an ``Accelerator(cfg, coverage=True)``, by port name, counted only while
+    the schedule is static or chunk round-robin: from them a testbench checks that each core got the
+    rows (static: row ``b`` on core ``b mod cores``) or chunks (chunk round-robin: chunk ``j`` on
+    core ``j mod cores``) the schedule gives it, which outputs and cycles cannot show (the cores
+    are interchangeable)."""
+    out = {}
+    for p in range(cfg.cores):
+        out[f"obs_jobs_{p}"] = f"jobs core {p} took under the static or chunk round-robin schedule"
+        out[f"obs_key_sum_{p}"] = "the sum of their row * chunks + chunk"
+    return out
 
 
 class Target:
@@ -101,6 +114,8 @@ class Accelerator(wiring.Component):
     cov_* : Out(COUNTER_BITS)
         With ``coverage``: cycles of each event of :func:`coverage_events` (for the testbench; the
         bitstream is built without them).
+    obs_* : Out(COUNTER_BITS)
+        With ``coverage``: the job counters of :func:`schedule_counters`.
     """
 
     def __init__(self, cfg: AccelConfig, *, coverage: bool = False):
@@ -115,7 +130,7 @@ class Accelerator(wiring.Component):
         for name in ("group_cycles", "total_cycles", "groups", "rows_replayed", "rows_computed"):
             members[name] = Out(COUNTER_BITS)
         if coverage:
-            for name in coverage_events(cfg):
+            for name in (*coverage_events(cfg), *schedule_counters(cfg)):
                 members[name] = Out(COUNTER_BITS)
         super().__init__(members)
 
@@ -261,6 +276,11 @@ class Accelerator(wiring.Component):
             for p in range(P):
                 held[f"cov_job_held_{p}"] = mlp.job_held[p]
                 held[f"cov_job_free_{p}"] = ~mlp.job_held[p]
+            fixed = ctrl.static | ctrl.chunk_rr
+            for p in range(P):
+                jobs, keys = getattr(self, f"obs_jobs_{p}"), getattr(self, f"obs_key_sum_{p}")
+                with m.If(fixed & mlp.job_taken[p]):
+                    m.d.sync += [jobs.eq(jobs + 1), keys.eq(keys + mlp.job_key[p])]
             events = coverage_events(self._cfg)
             for name, cond in held.items():
                 if name not in events:

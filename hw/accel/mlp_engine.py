@@ -11,6 +11,7 @@ from hw.accel.layouts import h_params_layout, lut_load_layout, row_out_layout
 from hw.accel.mv_core import MvCore, gu_rq_load_layout, gu_table_depth, silu_table_address, silu_table_depth
 from hw.accel.row_out import RowOut, rqd_load_layout
 from hw.accel.weight_store import WeightStore
+from hw.lib.widths import mul_const
 from hw.lib.shared_table import SharedTable
 from sw.config import AccelConfig
 
@@ -56,6 +57,10 @@ class MlpEngine(wiring.Component):
         reachable only when a row's chunks do not split evenly over the cores, docs/verification.md).
     job_held : Out(1).array(cores)
         The core's one-job slot is full: it takes no job from the dispatcher (for coverage counts).
+    job_taken : Out(1).array(cores)
+    job_key : Out(range(batch * chunks)).array(cores)
+        The core takes a job in this cycle, chunk ``key mod chunks`` of row ``key // chunks``
+        (so that a testbench can check which core the schedule gave it).
     """
 
     def __init__(self, cfg: AccelConfig, *, tag_bits: int):
@@ -79,6 +84,8 @@ class MlpEngine(wiring.Component):
             "finishes": Out(range(cfg.cores + 1)),
             "finish_same_row": Out(1),
             "job_held": Out(1).array(cfg.cores),
+            "job_taken": Out(1).array(cfg.cores),
+            "job_key": Out(range(cfg.batch * cfg.chunks)).array(cfg.cores),
         })
 
     def elaborate(self, platform):
@@ -120,6 +127,8 @@ class MlpEngine(wiring.Component):
                 out.acc_touched[p].eq(core.acc_touched),
                 out.done[p].valid.eq(core.done.valid), out.done[p].p.eq(core.done.p),
                 self.core_busy[p].eq(core.busy), self.job_held[p].eq(~core.i.ready),
+                self.job_taken[p].eq(core.i.valid & core.i.ready),
+                self.job_key[p].eq(mul_const(core.i.p.tag, cfg.chunks) + core.i.p.chunk),
             ]
         done = [m.submodules[f"core_{p}"].done for p in range(P)]
         m.d.comb += self.finishes.eq(sum(d.valid for d in done))

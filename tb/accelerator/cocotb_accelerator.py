@@ -48,7 +48,7 @@ from cocotb.triggers import ClockCycles, Edge, Event, FallingEdge, ReadOnly, Ris
 from cocotb.utils import get_sim_time
 from cocotbext.axi import AxiStreamBus, AxiStreamFrame, AxiStreamSink, AxiStreamSource
 
-from hw.accel.accelerator import coverage_events
+from hw.accel.accelerator import coverage_events, schedule_counters
 from hw.accel.layouts import out_user_layout
 from hw.board.host import ctrl_word, group_frames, trace_layers
 from sw.config import AccelConfig
@@ -394,10 +394,28 @@ def expected(tr, groups, mode):
 
 
 def read_counters(dut, cfg) -> dict:
-    """The DUT's counters now (the coverage counters included)."""
+    """The DUT's counters now (the coverage and job counters included)."""
     names = ["total_cycles", "groups", "rows_replayed", "rows_computed",
-             *(f"core_busy_{p}" for p in range(cfg.cores)), *coverage_events(cfg)]
+             *(f"core_busy_{p}" for p in range(cfg.cores)), *coverage_events(cfg), *schedule_counters(cfg)]
     return {name: int(getattr(dut, name).value) for name in names}
+
+
+def expected_jobs(cfg: AccelConfig, plan) -> dict:
+    """The job counters (:func:`hw.accel.accelerator.schedule_counters`) that the schedule rule
+    gives for ``plan``, ``(replay mask, schedule)`` per group: under static, every chunk of
+    computed row ``b`` on core ``b mod cores``; under chunk round-robin, chunk ``j`` of every
+    computed row on core ``j mod cores``; DRS groups are not counted."""
+    S, P = cfg.chunks, cfg.cores
+    out = dict.fromkeys(schedule_counters(cfg), 0)
+    for mask, schedule in plan:
+        if schedule not in ("static", "chunk_rr"):
+            continue
+        for b in np.flatnonzero(np.asarray(mask) == 0):
+            for j in range(S):
+                p = int(b) % P if schedule == "static" else j % P
+                out[f"obs_jobs_{p}"] += 1
+                out[f"obs_key_sum_{p}"] += int(b) * S + j
+    return out
 
 
 def schedules(mode: str, n: int, seed: int) -> list[str]:
@@ -536,6 +554,10 @@ async def run_mode(dut, tr, cfg, groups, mode, seed, stall, log, *, reset=True, 
     counters["coverage"] = {k: after[k] if k.endswith("_peak") else delta[k] for k in coverage_events(cfg)}
     assert counters["rows_replayed"] == int(sum(want_r[g].sum() for g in groups)), counters
     assert counters["total_cycles"] == sum(cycles), counters
+    jobs = {k: delta[k] for k in schedule_counters(cfg)}
+    want_jobs = expected_jobs(cfg, [(want_r[g], sched[n]) for n, g in enumerate(groups)])
+    assert jobs == want_jobs, (f"{mode}: jobs per core under the static and chunk round-robin schedules "
+                               f"{jobs}; the schedules' rule gives {want_jobs}")
     counters["rows_checked"] = rows_out
     counters["schedules"] = {s: sched.count(s) for s in SCHEDULES if s in sched}
     # The run without its configuration (reported apart: config_cycles, config_cpu_s) and without
