@@ -136,7 +136,8 @@ def synth(session):
 def timing(session):
     """Fmax of each block placed and routed alone on the ECP5-85F, minutes per block; writes
     build/timing/report.json. ``nox -s timing -- cache rob`` picks blocks, ``-- --list`` lists them,
-    ``-- --check`` fails when one fell more than 5 % below constraints/timing_record.json."""
+    ``-- --check`` fails when one fell more than 5 % below constraints/timing_record.json;
+    ``-- --chip`` places the whole board top without routing and prints nextpnr's estimate per clock."""
     install(session, "hw,synth")
     session.run("python", "-m", "hw.flow.timing", *session.posargs)
 

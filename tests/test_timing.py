@@ -90,3 +90,27 @@ def test_cheapest_blocks_keep_their_recorded_fmax(tmp_path):
     assert [row["block"] for row in report["blocks"]] == list(CI_BLOCKS)
     for row in report["blocks"]:
         assert row["fmax_mhz"] > 20 and row["lut4"] > 0 and row["path_from"]
+
+
+def test_chip_places_the_whole_board_top_and_leaves_no_bitstream(tmp_path):
+    """``--chip`` on the tiny accelerator's board top (under a minute): nextpnr's placement
+    estimate for the clock, the resources, and no bitstream of the unrouted design left behind."""
+    from hw.formal.properties import TINY_ACCEL
+
+    accel = tmp_path / "accel.json"
+    accel.write_text(json.dumps(TINY_ACCEL.to_dict()))
+    r = subprocess.run([sys.executable, "-m", "hw.flow.timing", "--chip", "--accel", str(accel), "--build-dir",
+                        str(tmp_path)], cwd=REPO, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-3000:]
+    report = json.loads((tmp_path / "chip" / "report.json").read_text())
+    assert report["placed_only"] and report["target_mhz"] == pytest.approx(timing.CHIP_MHZ, rel=0.01)
+    assert 10 < report["fmax_estimate_mhz"] < 500 and report["clocks"]
+    assert report["dsp"] >= TINY_ACCEL.mac_units and report["lut4"] > 100
+    assert not list((tmp_path / "chip").glob("*.bit")), "a bitstream of an unrouted design was left"
+    assert "placement estimate" in r.stdout and "not routed" in r.stdout
+
+
+def test_chip_takes_no_block():
+    r = subprocess.run([sys.executable, "-m", "hw.flow.timing", "--chip", "rob"], cwd=REPO, capture_output=True,
+                       text=True)
+    assert r.returncode == 2 and "--chip builds the whole board top" in r.stderr, r.stderr

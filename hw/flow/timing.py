@@ -6,6 +6,7 @@ Usage::
     python -m hw.flow.timing --check BLOCK ...        # fail if a block's Fmax fell > 5 % below the record
     python -m hw.flow.timing --record BLOCK ...       # write the measured figures into the record
     python -m hw.flow.timing --from-report build/timing/report.json [--markdown] [--record]
+    python -m hw.flow.timing --chip [--mhz 125] [--placer static|heap]   # the whole board top, placed only
 
 Each block is built by the board flow (:mod:`hw.flow.synth`: yosys ``synth_ecp5``, nextpnr-ecp5, the
 same options as the whole chip) inside :class:`hw.flow.synth_harness.SynthHarness` with
@@ -20,6 +21,11 @@ nanoseconds) and the hard blocks and fabric it uses, and writes ``build/timing/r
 ``--check`` (which ``tests/test_timing.py`` runs in CI on the cheapest blocks) fails when a block
 falls more than :data:`TOLERANCE` below it. nextpnr is deterministic for one netlist and seed, so
 a change in the figure means a change in the design or the tools.
+
+``--chip`` places the whole board top (:func:`hw.flow.synth.make_board_top`) without routing and
+prints nextpnr's placement estimate of Fmax for each clock, with the resources: the whole-chip
+loop of minutes where a route takes an hour or does not converge (:func:`run_chip`). Its
+bitstream is of an unrouted design and is deleted.
 """
 from __future__ import annotations
 
@@ -47,11 +53,13 @@ from hw.flow.synth import (
     write_report,
 )
 
-__all__ = ["BLOCKS", "TARGET_MHZ", "TOLERANCE", "RECORD", "make_block", "run_block", "run_blocks",
-           "check_against_record", "main"]
+__all__ = ["BLOCKS", "CHIP_MHZ", "TARGET_MHZ", "TOLERANCE", "RECORD", "make_block", "run_block", "run_blocks",
+           "run_chip", "check_against_record", "main"]
 
 #: The Fmax every block must reach alone (the whole chip loses 20-30 % to congestion).
 TARGET_MHZ = 180.0
+#: The PLL target of ``--chip`` (the whole chip's goal; nextpnr's placer is timing-driven towards it).
+CHIP_MHZ = 125.0
 #: How far below its recorded Fmax a block may fall before ``--check`` fails.
 TOLERANCE = 0.05
 #: The recorded Fmax of each block (``python -m hw.flow.timing --record ...`` writes it).
@@ -173,6 +181,55 @@ def run_block(name, *, mhz=TARGET_MHZ, cfg=None, build_dir=DEFAULT_BUILD_DIR, bo
         "seconds": round(seconds, 1),
         "log": str(log_path),
     }
+
+
+def run_chip(*, mhz=CHIP_MHZ, cfg=None, build_dir=DEFAULT_BUILD_DIR, board_file=DEFAULT_BOARD_FILE,
+             placer="static"):
+    """Synthesise the whole board top for ``cfg`` and place it without routing, at a ``mhz`` PLL;
+    return nextpnr's placement estimate of Fmax per clock and the resources.
+
+    The estimate uses nextpnr's delay model for unrouted nets, so it is a prediction of the routed
+    figure (``docs/timing.md`` compares the two), not a measurement. ecppack still writes a
+    bitstream of the unrouted design; it is deleted, so that nothing loadable is left."""
+    from hw.flow.synth import BUILD_OVERRIDES, make_board_top
+    from sw.config import DEFAULT_ACCEL
+
+    if placer not in ("static", "heap", "sa"):
+        raise SynthError(f"--placer must be static, heap or sa, not {placer!r}")
+    board = load_board(board_file)
+    platform = make_platform(board)
+    pll = compute_pll(board["clock"]["frequency_mhz"], mhz)
+    design = cfg or DEFAULT_ACCEL
+    top = make_board_top(design, board, pll)
+    setup_tool_env()
+    out = Path(build_dir) / "chip"
+    out.mkdir(parents=True, exist_ok=True)
+    opts = BUILD_OVERRIDES["nextpnr_opts"].replace("--placer static", f"--placer {placer}")
+    parsed, seconds, log_path = build_and_parse(platform, top, "top", out,
+                                                overrides={**BUILD_OVERRIDES, "nextpnr_opts": f"{opts} --no-route"})
+    for suffix in ("bit", "svf", "config"):
+        (out / f"top.{suffix}").unlink(missing_ok=True)
+    return {
+        "block": "chip", "placed_only": True, "placer": placer, "accel": design.to_dict(),
+        "clock": parsed["clock"], "fmax_estimate_mhz": parsed["fmax_mhz"], "clocks": parsed["clocks"],
+        "target_mhz": pll.fout_mhz, "met_estimate": parsed.get("timing_met"),
+        "dsp": parsed["dsp_used"], "ebr": parsed["ebr_used"], "lut4": parsed["lut4"], "ff": parsed["ff"],
+        "comb": parsed["comb"], "comb_total": parsed["comb_total"],
+        "seconds": round(seconds, 1), "log": str(log_path),
+    }
+
+
+def format_chip(row):
+    """The ``--chip`` result in a few lines."""
+    clocks = ", ".join(f"{name.removeprefix('$glbnet$')} {mhz:.2f} MHz" for name, mhz in row["clocks"].items())
+    return "\n".join([
+        f"whole board top, placed ({row['placer']} placer) and not routed, PLL at {row['target_mhz']:.3f} MHz:",
+        f"  placement estimate: {row['fmax_estimate_mhz']:.2f} MHz for {row['clock'].removeprefix('$glbnet$')}"
+        f" ({'meets' if row['met_estimate'] else 'misses'} the PLL clock); every clock: {clocks}",
+        f"  MULT18X18D {row['dsp']}, DP16KD {row['ebr']}, LUT4 {row['lut4']:,}, FF {row['ff']:,}, "
+        f"TRELLIS_COMB {row['comb']:,} / {row['comb_total']:,}",
+        f"  yosys + nextpnr placement + ecppack: {row['seconds'] / 60:.1f} min; log {row['log']}",
+    ])
 
 
 def _run_one(args):
@@ -304,13 +361,18 @@ def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m hw.flow.timing", description=__doc__.split("\n")[0])
     parser.add_argument("blocks", nargs="*", metavar="BLOCK", help=f"blocks to build (default: all): "
                         f"{', '.join(BLOCKS)}")
-    parser.add_argument("--mhz", type=float, default=TARGET_MHZ,
-                        help=f"PLL target for every block (default {TARGET_MHZ:g})")
+    parser.add_argument("--mhz", type=float, default=None,
+                        help=f"PLL target for every block (default {TARGET_MHZ:g}; with --chip {CHIP_MHZ:g})")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
                         help="blocks built side by side (default: the CPU count)")
     parser.add_argument("--accel", default=None, help="accelerator config as JSON (default: the project's)")
     parser.add_argument("--build-dir", default=str(DEFAULT_BUILD_DIR))
     parser.add_argument("--list", action="store_true", help="list the blocks and exit")
+    parser.add_argument("--chip", action="store_true",
+                        help=f"place the whole board top without routing and print nextpnr's estimate per clock "
+                             f"(default --mhz {CHIP_MHZ:g})")
+    parser.add_argument("--placer", default="static", help="nextpnr placer of --chip (default: static, as the "
+                        "board flow)")
     parser.add_argument("--from-report", action="append", metavar="REPORT", default=None,
                         help="build nothing: take the rows of an earlier run's report.json (repeatable; "
                              "later files win)")
@@ -324,6 +386,11 @@ def main(argv=None):
         for name, (what, _) in BLOCKS.items():
             print(f"{name:<11} {what}")
         return 0
+    if args.chip:
+        if args.blocks or args.from_report or args.check or args.record:
+            parser.error("--chip builds the whole board top: no BLOCK, --from-report, --check or --record")
+        return _main_chip(args)
+    args.mhz = TARGET_MHZ if args.mhz is None else args.mhz
     names = args.blocks or list(BLOCKS)
     unknown = [n for n in names if n not in BLOCKS]
     if unknown:
@@ -370,6 +437,29 @@ def main(argv=None):
         if errors:
             print(f"hw.flow.timing: error: {errors[0]['block']}: {errors[0]['error']}", file=sys.stderr)
             return 1
+    except SynthError as e:
+        print(f"hw.flow.timing: error: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _main_chip(args):
+    try:
+        cfg = None
+        if args.accel:
+            from sw.config import AccelConfig, ConfigError
+            try:
+                cfg = AccelConfig.from_json(args.accel)
+            except ConfigError as e:
+                raise SynthError(str(e)) from None
+        mhz = CHIP_MHZ if args.mhz is None else args.mhz
+        build_dir = Path(args.build_dir)
+        print(f"hw.flow.timing: the whole board top at {mhz:g} MHz, placed only ({args.placer} placer), in "
+              f"{build_dir / 'chip'}; yosys and the placer take tens of minutes", file=sys.stderr)
+        row = run_chip(mhz=mhz, cfg=cfg, build_dir=build_dir, placer=args.placer)
+        write_report(row, build_dir / "chip" / "report.json")
+        print(format_chip(row))
+        print(f"report: {build_dir / 'chip' / 'report.json'}")
     except SynthError as e:
         print(f"hw.flow.timing: error: {e}", file=sys.stderr)
         return 1
