@@ -47,6 +47,11 @@ def _from_dict(cls, d, source: str, what: str):
 SHIPPED_MODEL = {"d_model": 96, "n_layers": 4, "n_heads": 4, "d_ff": 256}
 
 
+#: Cycles from a D block's accumulator read in a core to its write being visible to the next read of
+#: the same block (read, add, write; hw/accel/mv_core.py): a D pass must be at least this long.
+ACC_WRITE_DISTANCE = 3
+
+
 @dataclass(frozen=True)
 class AccelConfig:
     """The whole accelerator: model sizes it serves and how the hardware is cut up.
@@ -96,6 +101,18 @@ class AccelConfig:
                            ("d_ff / chunks", f, self.mv_in), ("d_ff / chunks", f, self.mv_out)):
             if n % m:
                 raise ConfigError(f"accelerator config: {name}={n} is not a multiple of {m}")
+        # What the cores' schedule needs (hw/accel/mv_core.py): a GU run of d_model / mv_in cycles
+        # serialises mv_out sums into one requantiser lane, and a D pass writes each accumulator
+        # block before it reads it again (ACC_WRITE_DISTANCE).
+        if self.d_model // self.mv_in < self.mv_out:
+            raise ConfigError(f"accelerator config: d_model / mv_in = {self.d_model // self.mv_in} is below "
+                              f"mv_out={self.mv_out} (a GU run must be as long as the outputs its one "
+                              f"requantiser lane serialises)")
+        d_pass = (f // self.mv_in) * (self.d_model // self.mv_out)
+        if d_pass < ACC_WRITE_DISTANCE:
+            raise ConfigError(f"accelerator config: a D pass of (d_ff / chunks / mv_in) x (d_model / mv_out)"
+                              f" = {d_pass} cycles is below {ACC_WRITE_DISTANCE} (an accumulator block is "
+                              f"read again before its write lands)")
         try:
             quant.check_accumulator(self.d_ff, what="d_ff")
         except ValueError as e:

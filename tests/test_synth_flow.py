@@ -37,3 +37,17 @@ def test_synth_bad_config_is_one_line(tmp_path):
                        capture_output=True, text=True)
     assert r.returncode == 1
     assert r.stderr.count("\n") == 1 and "d_ff=17 is not a multiple of chunks=2" in r.stderr, r.stderr
+
+
+def test_synth_config_the_gateware_refuses_is_one_line(tmp_path):
+    """A configuration that the cores cannot schedule (their one requantiser lane cannot serialise
+    8 outputs in a 4-cycle GU run) is refused by the configuration itself: one line naming the
+    file, not a traceback from the gateware."""
+    accel = tmp_path / "accel.json"
+    accel.write_text(json.dumps({"d_model": 32, "d_ff": 128, "layers": 1, "tokens_per_frame": 4, "batch": 4,
+                                 "cores": 2, "chunks": 8, "tas_lanes": 16, "mv_in": 8, "mv_out": 8}))
+    r = subprocess.run([sys.executable, "-m", "hw.flow.synth", "--accel", str(accel), "--build-dir",
+                        str(tmp_path / "out")], cwd=REPO, capture_output=True, text=True)
+    assert r.returncode == 1
+    want = f"{accel}: accelerator config: d_model / mv_in = 4 is below mv_out=8"
+    assert r.stderr.count("\n") == 1 and want in r.stderr, r.stderr

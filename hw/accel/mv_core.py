@@ -18,9 +18,6 @@ __all__ = ["MvCore", "done_layout", "gu_rq_load_layout", "gu_table_depth", "mv_a
            "silu_table_address", "silu_table_depth"]
 
 NONE, GU, DN = 0, 1, 2
-#: Cycles from a D block's accumulator read to its write being visible to the next read of the
-#: same block (read, add, write): a D pass must be at least this long.
-ACC_WRITE_DISTANCE = 3
 #: Activation blocks per first-stage multiplexer group (see ``act`` in :meth:`MvCore.elaborate`).
 ACT_GROUP_BITS = 2
 
@@ -154,14 +151,9 @@ class MvCore(wiring.Component):
             raise TypeError(f"MvCore shared_tables must be a bool, not {shared_tables!r}")
         if not isinstance(w_latency, int) or w_latency < 3:
             raise ValueError(f"MvCore w_latency must be an integer >= 3, not {w_latency!r}")
+        # AccelConfig refuses a D pass shorter than ACC_WRITE_DISTANCE and a GU run shorter than
+        # mv_out (the schedule's two rules; tests/test_config.py).
         L = pass_lengths(cfg)
-        if L["d_ib"] * L["d_ob"] < ACC_WRITE_DISTANCE:
-            raise ValueError(f"MvCore: a D pass must last at least {ACC_WRITE_DISTANCE} cycles (an "
-                             f"accumulator block's write must land before the block is read again), not "
-                             f"{L['d_ib'] * L['d_ob']!r}")
-        if L["gu_ib"] < cfg.mv_out:
-            raise ValueError(f"MvCore: a GU run of {L['gu_ib']} cycles is shorter than the {cfg.mv_out} "
-                             f"outputs its one requantiser lane must serialise (d_model / mv_in < mv_out)")
         self._cfg, self._wl, self._tag_bits = cfg, w_latency, tag_bits
         self._L, self._shared = L, shared_tables
         W = cfg.mv_in * cfg.mv_out
