@@ -15,7 +15,9 @@ def two_bank_config():
     blocks, ``mv_weight_blocks = 1032`` (bank 0: blocks 0 .. 1023, bank 1: 1024 .. 1031)."""
     from sw.config import AccelConfig
 
-    cfg = AccelConfig(d_model=2, d_ff=688, layers=1, chunks=1, mv_in=2, mv_out=2, tas_lanes=2)
+    # d_model 4: the smallest that the cores could schedule (a GU run as long as mv_out); only the
+    # store's geometry matters here.
+    cfg = AccelConfig(d_model=4, d_ff=344, layers=1, chunks=1, mv_in=2, mv_out=2, tas_lanes=2)
     assert BANK_WORDS < cfg.mv_weight_blocks < 2 * BANK_WORDS
     return cfg
 
