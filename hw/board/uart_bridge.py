@@ -258,17 +258,21 @@ class UartBridge(wiring.Component):
         waiting = Signal()
         expired = Signal()
         if self._timeout is not None:
+            # ``expired`` is a register (``quiet == timeout``, compared on the counter's next value),
+            # so the flag that gates the FSM and the row buffer's enables comes from a flop.
             quiet = Signal(range(self._timeout + 1))
+            quiet_next = Signal.like(quiet)
             moved = Signal()
-            m.d.comb += [moved.eq(self.i.valid & self.i.ready), expired.eq(quiet == self._timeout)]
+            m.d.comb += [moved.eq(self.i.valid & self.i.ready), quiet_next.eq(quiet)]
             for name in reads:
                 port = getattr(self, name)
                 with m.If(port.valid & port.ready):
                     m.d.comb += moved.eq(1)
             with m.If(~waiting | moved):
-                m.d.sync += quiet.eq(0)
+                m.d.comb += quiet_next.eq(0)
             with m.Elif(~expired):
-                m.d.sync += quiet.eq(quiet + 1)
+                m.d.comb += quiet_next.eq(quiet + 1)
+            m.d.sync += [quiet.eq(quiet_next), expired.eq(quiet_next == self._timeout)]
 
         def answer(value, nbytes, then):
             """Send the ``nbytes`` low bytes of ``value``, least significant first, then go to ``then``."""
