@@ -198,7 +198,7 @@ def _same_row_finishes(cfg: AccelConfig, rng, runs: int) -> int:
             a += 1 + (int(rng.integers(0, 3 * sum(cfg.mv_blocks_per_chunk))) if rng.random() < 0.6 else 0)
         seen = []
         group_cycles(cfg, rng.random(B) < 0.4, str(rng.choice(["drs", "chunk_rr", "static"])), arrive=arrive,
-                     on_finish=lambda t, rows: seen.append(len(rows) != len(set(rows))))
+                     on_finish=lambda t, rows, seen=seen: seen.append(len(rows) != len(set(rows))))
         hits += any(seen)
     return hits
 

@@ -23,7 +23,16 @@ from hw.lib.reorder_buffer import ReorderBuffer
 from hw.lib.widths import index_bits
 from sw.config import AccelConfig
 
-__all__ = ["Accelerator", "Target", "cfg_layout", "coverage_events", "schedule_counters"]
+__all__ = ["Accelerator", "Target", "cfg_layout", "coverage_events", "same_row_finish_possible",
+           "schedule_counters"]
+
+
+def same_row_finish_possible(cfg: AccelConfig) -> bool:
+    """Whether two cores can finish D passes of the same row in one cycle: only when a row's chunks
+    do not split evenly over two or more cores. With chunks a multiple of the cores, DRS and chunk
+    round-robin alternate a row's chunks between the cores one cycle apart, and static keeps a row
+    on one core (docs/verification.md)."""
+    return cfg.cores > 1 and cfg.chunks % cfg.cores != 0
 
 
 def coverage_events(cfg: AccelConfig) -> dict[str, str]:
@@ -38,9 +47,7 @@ def coverage_events(cfg: AccelConfig) -> dict[str, str]:
               "cov_tas_queue_empty": "the TAS group's output queue was empty",
               "cov_rob_full": "every reorder-buffer slot held a row",
               "cov_rob_empty": "no reorder-buffer slot held a row"}
-    if cfg.cores > 1 and cfg.chunks % cfg.cores:
-        # Only then: with chunks a multiple of two cores, a row's chunks alternate between the
-        # cores one cycle apart, and no two finish together (docs/verification.md).
+    if same_row_finish_possible(cfg):
         events["cov_finish_same_row"] = "two cores finished D passes of the same row in the same cycle"
     for p in range(cfg.cores):
         events[f"cov_job_held_{p}"] = f"core {p}'s job slot was full (no job taken from the dispatcher)"

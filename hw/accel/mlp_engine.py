@@ -11,8 +11,8 @@ from hw.accel.layouts import h_params_layout, lut_load_layout, row_out_layout
 from hw.accel.mv_core import MvCore, gu_rq_load_layout, gu_table_depth, silu_table_address, silu_table_depth
 from hw.accel.row_out import RowOut, rqd_load_layout
 from hw.accel.weight_store import WeightStore
-from hw.lib.widths import mul_const
 from hw.lib.shared_table import SharedTable
+from hw.lib.widths import mul_const
 from sw.config import AccelConfig
 
 __all__ = ["MlpEngine"]

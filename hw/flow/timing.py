@@ -205,8 +205,8 @@ def run_chip(*, mhz=CHIP_MHZ, cfg=None, build_dir=DEFAULT_BUILD_DIR, board_file=
     out = Path(build_dir) / "chip"
     out.mkdir(parents=True, exist_ok=True)
     opts = BUILD_OVERRIDES["nextpnr_opts"].replace("--placer static", f"--placer {placer}")
-    parsed, seconds, log_path = build_and_parse(platform, top, "top", out,
-                                                overrides={**BUILD_OVERRIDES, "nextpnr_opts": f"{opts} --no-route"})
+    overrides = {**BUILD_OVERRIDES, "nextpnr_opts": f"{opts} --no-route"}
+    parsed, seconds, log_path = build_and_parse(platform, top, "top", out, overrides=overrides)
     for suffix in ("bit", "svf", "config"):
         (out / f"top.{suffix}").unlink(missing_ok=True)
     return {
@@ -221,10 +221,14 @@ def run_chip(*, mhz=CHIP_MHZ, cfg=None, build_dir=DEFAULT_BUILD_DIR, board_file=
 
 def format_chip(row):
     """The ``--chip`` result in a few lines."""
-    clocks = ", ".join(f"{name.removeprefix('$glbnet$')} {mhz:.2f} MHz" for name, mhz in row["clocks"].items())
+    def net(name):
+        return name.removeprefix("$glbnet$")
+
+    clocks = ", ".join(f"{net(name)} {mhz:.2f} MHz" for name, mhz in row["clocks"].items())
     return "\n".join([
-        f"whole board top, placed ({row['placer']} placer) and not routed, PLL at {row['target_mhz']:.3f} MHz:",
-        f"  placement estimate: {row['fmax_estimate_mhz']:.2f} MHz for {row['clock'].removeprefix('$glbnet$')}"
+        f"whole board top, placed ({row['placer']} placer) and not routed, "
+        f"PLL at {row['target_mhz']:.3f} MHz:",
+        f"  placement estimate: {row['fmax_estimate_mhz']:.2f} MHz for {net(row['clock'])}"
         f" ({'meets' if row['met_estimate'] else 'misses'} the PLL clock); every clock: {clocks}",
         f"  MULT18X18D {row['dsp']}, DP16KD {row['ebr']}, LUT4 {row['lut4']:,}, FF {row['ff']:,}, "
         f"TRELLIS_COMB {row['comb']:,} / {row['comb_total']:,}",
@@ -369,10 +373,10 @@ def main(argv=None):
     parser.add_argument("--build-dir", default=str(DEFAULT_BUILD_DIR))
     parser.add_argument("--list", action="store_true", help="list the blocks and exit")
     parser.add_argument("--chip", action="store_true",
-                        help=f"place the whole board top without routing and print nextpnr's estimate per clock "
-                             f"(default --mhz {CHIP_MHZ:g})")
-    parser.add_argument("--placer", default="static", help="nextpnr placer of --chip (default: static, as the "
-                        "board flow)")
+                        help=f"place the whole board top without routing and print nextpnr's estimate per "
+                             f"clock (default --mhz {CHIP_MHZ:g})")
+    parser.add_argument("--placer", default="static",
+                        help="nextpnr placer of --chip (default: static, as the board flow)")
     parser.add_argument("--from-report", action="append", metavar="REPORT", default=None,
                         help="build nothing: take the rows of an earlier run's report.json (repeatable; "
                              "later files win)")
@@ -396,13 +400,7 @@ def main(argv=None):
     if unknown:
         parser.error(f"unknown block {unknown[0]!r}; choose from {', '.join(BLOCKS)}")
     try:
-        cfg = None
-        if args.accel:
-            from sw.config import AccelConfig, ConfigError
-            try:
-                cfg = AccelConfig.from_json(args.accel)
-            except ConfigError as e:
-                raise SynthError(str(e)) from None
+        cfg = _load_accel(args.accel)
         if args.from_report:
             rows = rows_from_reports(args.from_report, args.blocks)
         else:
@@ -443,15 +441,20 @@ def main(argv=None):
     return 0
 
 
+def _load_accel(path):
+    """The ``--accel`` configuration (None: the project's); a bad file is one :class:`SynthError`."""
+    if not path:
+        return None
+    from sw.config import AccelConfig, ConfigError
+    try:
+        return AccelConfig.from_json(path)
+    except ConfigError as e:
+        raise SynthError(str(e)) from None
+
+
 def _main_chip(args):
     try:
-        cfg = None
-        if args.accel:
-            from sw.config import AccelConfig, ConfigError
-            try:
-                cfg = AccelConfig.from_json(args.accel)
-            except ConfigError as e:
-                raise SynthError(str(e)) from None
+        cfg = _load_accel(args.accel)
         mhz = CHIP_MHZ if args.mhz is None else args.mhz
         build_dir = Path(args.build_dir)
         print(f"hw.flow.timing: the whole board top at {mhz:g} MHz, placed only ({args.placer} placer), in "

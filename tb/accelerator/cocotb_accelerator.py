@@ -48,7 +48,7 @@ from cocotb.triggers import ClockCycles, Edge, Event, FallingEdge, ReadOnly, Ris
 from cocotb.utils import get_sim_time
 from cocotbext.axi import AxiStreamBus, AxiStreamFrame, AxiStreamSink, AxiStreamSource
 
-from hw.accel.accelerator import coverage_events, schedule_counters
+from hw.accel.accelerator import coverage_events, same_row_finish_possible, schedule_counters
 from hw.accel.layouts import out_user_layout
 from hw.board.host import ctrl_word, group_frames, trace_layers, unpack_y
 from sw.config import AccelConfig
@@ -304,13 +304,14 @@ def same_row_gaps(cfg: AccelConfig, mask: tuple, schedule: str) -> tuple:
     over the cores (then it cannot happen: docs/verification.md)."""
     from sw.perf.cycles import Latencies, group_cycles
 
-    if cfg.cores < 2 or cfg.chunks % cfg.cores == 0 or schedule == "static":
+    if not same_row_finish_possible(cfg) or schedule == "static":
         return ()
     lat, B, out = Latencies(cfg), len(mask), []
     for row in range(1, B):
         for gap in range(3 * sum(cfg.mv_blocks_per_chunk)):
             hit = []
-            group_cycles(cfg, mask, schedule, lat=lat, arrive=[b + (gap if b >= row else 0) for b in range(B)],
+            arrive = [b + (gap if b >= row else 0) for b in range(B)]
+            group_cycles(cfg, mask, schedule, lat=lat, arrive=arrive,
                          on_finish=lambda t, rows, hit=hit: hit.append(len(rows) != len(set(rows))))
             if any(hit):
                 out.append((row, gap))
