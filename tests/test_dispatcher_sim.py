@@ -12,21 +12,19 @@ from tests.streams import stream_put
 
 
 def run(static, *, chunk_rr=0, cores=3, chunks=4, rows=40, seed=0, busy_p=0.6, dut_class=Dispatcher):
-    d, layers, tag_bits = 4, 2, 3
-    dut = dut_class(d, layers=layers, chunks=chunks, cores=cores, tag_bits=tag_bits)
+    layers, tag_bits = 2, 3
+    dut = dut_class(layers=layers, chunks=chunks, cores=cores, tag_bits=tag_bits)
     rng = np.random.default_rng(seed)
-    jobs = [(rng.integers(-128, 128, d), int(rng.integers(0, layers)), int(rng.integers(0, 8)))
-            for _ in range(rows)]
-    got = []      # (core, tag, layer, chunk, x)
+    jobs = [(int(rng.integers(0, layers)), int(rng.integers(0, 8))) for _ in range(rows)]
+    got = []      # (core, tag, layer, chunk)
     sim = Simulator(dut)
     sim.add_clock(1e-8)
 
     async def producer(ctx):
         ctx.set(dut.static, static)
         ctx.set(dut.chunk_rr, chunk_rr)
-        for x, layer, tag in jobs:
-            await stream_put(ctx, dut.i, pack(row_job_layout(d, layers, tag_bits),
-                                              {"x": [int(v) for v in x], "layer": layer, "tag": tag}))
+        for layer, tag in jobs:
+            await stream_put(ctx, dut.i, pack(row_job_layout(layers, tag_bits), {"layer": layer, "tag": tag}))
 
     async def cores_tb(ctx):
         crng = np.random.default_rng(seed + 1)
@@ -38,8 +36,7 @@ def run(static, *, chunk_rr=0, cores=3, chunks=4, rows=40, seed=0, busy_p=0.6, d
             for p in range(cores):
                 o = dut.o[p]
                 if ctx.get(o.valid) and ready[p]:
-                    got.append((p, ctx.get(o.p.tag), ctx.get(o.p.layer), ctx.get(o.p.chunk),
-                                [ctx.get(o.p.x[k]) for k in range(d)]))
+                    got.append((p, ctx.get(o.p.tag), ctx.get(o.p.layer), ctx.get(o.p.chunk)))
                 elif ctx.get(o.valid) and not static:
                     got.append(("valid without ready", p))
             await ctx.tick()
@@ -56,16 +53,16 @@ def check(jobs, got, *, static, chunk_rr, cores, chunks):
     assert len(got) == len(jobs) * chunks, f"{len(got)} chunks dispatched for {len(jobs)} rows"
     # DRS and chunk-RR hand out one row at a time, in order; static keeps each core's rows in order.
     streams = [(list(range(len(jobs))), got)] if not static else [
-        ([n for n, j in enumerate(jobs) if j[2] % cores == p], [c for c in got if c[0] == p])
+        ([n for n, j in enumerate(jobs) if j[1] % cores == p], [c for c in got if c[0] == p])
         for p in range(cores)]
     for rows, seq in streams:
         assert len(seq) == len(rows) * chunks, f"{len(seq)} chunks for {len(rows)} rows"
         for k, n in enumerate(rows):
-            x, layer, tag = jobs[n]
+            layer, tag = jobs[n]
             mine = seq[k * chunks:(k + 1) * chunks]
-            assert [c for _, _, _, c, _ in mine] == list(range(chunks)), f"row {n}: chunk order {mine}"
-            for p, t, lay, c, xx in mine:
-                assert (t, lay, xx) == (tag, layer, [int(v) for v in x]), f"row {n}: wrong payload"
+            assert [c for _, _, _, c in mine] == list(range(chunks)), f"row {n}: chunk order {mine}"
+            for p, t, lay, c in mine:
+                assert (t, lay) == (tag, layer), f"row {n}: wrong payload"
                 if static:
                     assert p == tag % cores, f"static: row with tag {tag} went to core {p}"
                 elif chunk_rr:

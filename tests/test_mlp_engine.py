@@ -74,14 +74,19 @@ def run_engine(cfg, layers, groups, *, static=False, chunk_rr=False, ready_p=1.0
             await ctx.tick()
             ctx.set(dut.group_start, 0)
             got, cycle, pending = {}, 0, list(rows)
+            xbuf, zero = {tag: x for x, _, tag in rows}, [0] * cfg.d_model
             while len(got) < len(rows):
                 if pending:
                     x, layer, tag = pending[0]
                     ctx.set(dut.i.valid, 1)
-                    ctx.set(dut.i.p, {"x": [int(v) for v in x], "layer": layer, "tag": tag})
+                    ctx.set(dut.i.p, {"layer": layer, "tag": tag})
                 else:
                     ctx.set(dut.i.valid, 0)
                 ctx.set(dut.o.ready, int(rng.random() < ready_p))
+                await ctx.delay(1e-9)
+                # The row buffer: each core reads its offered job's x at the job's tag.
+                for p in range(cfg.cores):
+                    ctx.set(dut.x_data[p], [int(v) for v in xbuf.get(ctx.get(dut.x_addr[p]), zero)])
                 await ctx.delay(1e-9)
                 took_in = ctx.get(dut.i.valid) and ctx.get(dut.i.ready)
                 if ctx.get(dut.o.valid) and ctx.get(dut.o.ready):

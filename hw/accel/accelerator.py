@@ -197,10 +197,14 @@ class Accelerator(wiring.Component):
             self.x.ready.eq(tas.i.ready & ~last_seen),
         ]
         took = self.x.valid & self.x.ready
+        # The row buffer: each core reads its job's x at the job's tag (asynchronously), so no row
+        # register is enabled by the TAS-dispatcher handshake.
         m.submodules.xbuf = xbuf = memory.Memory(shape=data.ArrayLayout(signed(8), d), depth=B, init=[])
         xw = xbuf.write_port()
-        xr = xbuf.read_port(domain="comb")
         m.d.comb += [xw.en.eq(took), xw.addr.eq(r.row), xw.data.eq(r.x)]
+        for p in range(P):
+            xr = xbuf.read_port(domain="comb")
+            m.d.comb += [xr.addr.eq(mlp.x_addr[p]), mlp.x_data[p].eq(xr.data)]
         m.d.comb += mlp.group_start.eq(took & ~in_group)
         with m.If(took):
             m.d.sync += [rows_in.eq(rows_in + 1), last_seen.eq(self.x.p.last), in_group.eq(1)]
@@ -210,8 +214,7 @@ class Accelerator(wiring.Component):
         # --- decisions: replayed rows to the cache, computed rows to the MLP -------------------
         dec = tas.o.p
         wb = mlp.o.valid
-        m.d.comb += [xr.addr.eq(dec.row), mlp.i.p.x.eq(xr.data), mlp.i.p.layer.eq(grp_layer),
-                     mlp.i.p.tag.eq(dec.row)]
+        m.d.comb += [mlp.i.p.layer.eq(grp_layer), mlp.i.p.tag.eq(dec.row)]
         m.d.comb += [mlp.i.valid.eq(tas.o.valid & ~dec.replay),
                      tas.o.ready.eq(Mux(dec.replay, cache.i.ready & ~wb, mlp.i.ready))]
         want_read = tas.o.valid & dec.replay

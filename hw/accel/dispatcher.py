@@ -5,16 +5,17 @@ from amaranth import *
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from hw.accel.layouts import job_layout
+from hw.accel.layouts import job_meta_layout
 from hw.lib.widths import index_bits
 
 __all__ = ["Dispatcher", "row_job_layout"]
 
 
-def row_job_layout(d_model, layers, tag_bits):
-    """A row to compute: MLP input ``x``, layer and tag (the row's place in its group)."""
+def row_job_layout(layers, tag_bits):
+    """A row to compute: its layer and tag (the row's place in its group). The row's ``x`` is not
+    carried: it stays in the accelerator's row buffer, which each core reads at its job's tag, so
+    that no register row of ``8 * d_model`` bits is enabled by the dispatcher's handshake."""
     return data.StructLayout({
-        "x": data.ArrayLayout(signed(8), d_model),
         "layer": index_bits(layers),
         "tag": tag_bits,
     })
@@ -39,14 +40,17 @@ class Dispatcher(wiring.Component):
     (the choice looks at which cores are ready), so every raised ``valid`` is a transfer; in
     static mode ``valid`` is held until the core takes the chunk.
 
+    A job is a few bits (layer, chunk, tag): the row's ``x`` stays in the accelerator's row buffer,
+    so the ready/valid chain through the scheduler ends on a few flip-flops' enables.
+
     Parameters
     ----------
-    d_model, layers, chunks, cores, tag_bits : int
+    layers, chunks, cores, tag_bits : int
 
     Members
     -------
-    i : In(stream.Signature(row_job_layout(d_model, layers, tag_bits)))
-    o : Out(stream.Signature(job_layout(d_model, layers, chunks, tag_bits))).array(cores)
+    i : In(stream.Signature(row_job_layout(layers, tag_bits)))
+    o : Out(stream.Signature(hw.accel.layouts.job_meta_layout(layers, chunks, tag_bits))).array(cores)
     static : In(1)
         Static assignment instead of DRS (configuration; change it only while idle).
     chunk_rr : In(1)
@@ -54,14 +58,14 @@ class Dispatcher(wiring.Component):
         while idle).
     """
 
-    def __init__(self, d_model, *, layers, chunks, cores, tag_bits):
+    def __init__(self, *, layers, chunks, cores, tag_bits):
         for name, v in (("chunks", chunks), ("cores", cores)):
             if not isinstance(v, int) or v < 1:
                 raise ValueError(f"Dispatcher {name} must be a positive integer, not {v!r}")
         self._chunks, self._cores = chunks, cores
         super().__init__({
-            "i": In(stream.Signature(row_job_layout(d_model, layers, tag_bits))),
-            "o": Out(stream.Signature(job_layout(d_model, layers, chunks, tag_bits))).array(cores),
+            "i": In(stream.Signature(row_job_layout(layers, tag_bits))),
+            "o": Out(stream.Signature(job_meta_layout(layers, chunks, tag_bits))).array(cores),
             "static": In(1),
             "chunk_rr": In(1),
         })
@@ -98,11 +102,9 @@ class Dispatcher(wiring.Component):
                 with m.If(o.valid & o.ready):
                     m.d.comb += sent[0].eq(1)
             with m.If(self.static):
-                m.d.comb += [o.p.x.eq(held[p].x), o.p.layer.eq(held[p].layer),
-                             o.p.tag.eq(held[p].tag), o.p.chunk.eq(chunk[p])]
+                m.d.comb += [o.p.layer.eq(held[p].layer), o.p.tag.eq(held[p].tag), o.p.chunk.eq(chunk[p])]
             with m.Else():
-                m.d.comb += [o.p.x.eq(held[0].x), o.p.layer.eq(held[0].layer),
-                             o.p.tag.eq(held[0].tag), o.p.chunk.eq(chunk[0])]
+                m.d.comb += [o.p.layer.eq(held[0].layer), o.p.tag.eq(held[0].tag), o.p.chunk.eq(chunk[0])]
 
         # Which holder takes the incoming row.
         dest = Signal(range(max(2, P)))

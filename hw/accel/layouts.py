@@ -10,7 +10,7 @@ from sw.config import AccelConfig
 from sw.golden import quant
 
 __all__ = ["COUNTER_BITS", "FRAME_BITS", "THRESHOLD_BITS", "ctrl_layout", "row_in_layout", "out_user_layout",
-           "tas_row_layout", "job_layout", "row_out_layout", "h_params_layout", "lut_load_layout",
+           "tas_row_layout", "job_layout", "job_meta_layout", "row_out_layout", "h_params_layout", "lut_load_layout",
            "lut_address"]
 
 COUNTER_BITS = 40
@@ -66,6 +66,16 @@ def job_layout(d_model, layers, chunks, tag_bits):
     """One unit of work of a core: the MLP input row ``x``, its layer, the hidden chunk and a tag."""
     return data.StructLayout({
         "x": data.ArrayLayout(signed(8), d_model),
+        "layer": index_bits(layers),
+        "chunk": index_bits(chunks),
+        "tag": tag_bits,
+    })
+
+
+def job_meta_layout(layers, chunks, tag_bits):
+    """A job as the dispatcher hands it out: :func:`job_layout` without ``x`` (a core reads the
+    row's ``x`` from the row buffer at ``tag``)."""
+    return data.StructLayout({
         "layer": index_bits(layers),
         "chunk": index_bits(chunks),
         "tag": tag_bits,

@@ -37,7 +37,13 @@ class MlpEngine(wiring.Component):
 
     Members
     -------
-    i : In(stream.Signature(hw.accel.dispatcher.row_job_layout(d_model, layers, tag_bits)))
+    i : In(stream.Signature(hw.accel.dispatcher.row_job_layout(layers, tag_bits)))
+        Rows to compute, by tag; their ``x`` is read from the row buffer on ``x_addr``/``x_data``.
+    x_addr : Out(tag_bits).array(cores)
+        Core ``p``'s read address into the row buffer: the tag of the job the dispatcher offers it.
+    x_data : In(ArrayLayout(signed(8), d_model)).array(cores)
+        The row buffer's row at ``x_addr[p]`` in the same cycle (an asynchronous read): core
+        ``p``'s free x register follows it until the core holds a job.
     o : Out(stream.Signature(hw.accel.layouts.row_out_layout(d_model, tag_bits)))
     w : In(...)  weight-block writes (the store's ``w``)
     rq : In(stream.Signature(gu_rq_load_layout(cfg), always_ready=True))  gate/up constants, to every core
@@ -71,7 +77,9 @@ class MlpEngine(wiring.Component):
         # The store copies its read address once per group of 4 lanes (fewer when there are fewer).
         self._store = WeightStore(cfg, lanes_per_copy=math.gcd(4, cfg.mv_in * cfg.mv_out // 2))
         super().__init__({
-            "i": In(stream.Signature(row_job_layout(cfg.d_model, cfg.layers, tag_bits))),
+            "i": In(stream.Signature(row_job_layout(cfg.layers, tag_bits))),
+            "x_addr": Out(max(1, tag_bits)).array(cfg.cores),
+            "x_data": In(data.ArrayLayout(signed(8), cfg.d_model)).array(cfg.cores),
             "o": Out(stream.Signature(row_out_layout(cfg.d_model, tag_bits))),
             "w": In(self._store.signature.members["w"].signature.flip()),
             "rq": In(stream.Signature(gu_rq_load_layout(cfg), always_ready=True)),
@@ -92,8 +100,7 @@ class MlpEngine(wiring.Component):
         m = Module()
         cfg, P, tb = self._cfg, self._cfg.cores, self._tb
         m.submodules.store = store = self._store
-        m.submodules.disp = disp = Dispatcher(cfg.d_model, layers=cfg.layers, chunks=cfg.chunks, cores=P,
-                                              tag_bits=tb)
+        m.submodules.disp = disp = Dispatcher(layers=cfg.layers, chunks=cfg.chunks, cores=P, tag_bits=tb)
         m.submodules.out = out = RowOut(cfg, cores=P, tag_bits=tb)
         wiring.connect(m, wiring.flipped(self.w), store.w)
         wiring.connect(m, wiring.flipped(self.i), disp.i)
@@ -113,7 +120,11 @@ class MlpEngine(wiring.Component):
         for p in range(P):
             core = MvCore(cfg, w_latency=store.latency, tag_bits=tb, shared_tables=shared)
             m.submodules[f"core_{p}"] = core
-            wiring.connect(m, disp.o[p], core.i)
+            job = disp.o[p]
+            m.d.comb += [core.i.valid.eq(job.valid), job.ready.eq(core.i.ready),
+                         core.i.p.layer.eq(job.p.layer), core.i.p.chunk.eq(job.p.chunk),
+                         core.i.p.tag.eq(job.p.tag), self.x_addr[p].eq(job.p.tag),
+                         core.i.p.x.eq(self.x_data[p])]
             if shared:
                 m.d.comb += [rq_table.r_addr[p].eq(core.rq_ra), core.rq_rd.eq(rq_table.r_data[p]),
                              silu_table.r_addr[p].eq(core.lu_ra), core.lu_rd.eq(silu_table.r_data[p])]

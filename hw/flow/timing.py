@@ -95,8 +95,7 @@ def _row_out(cfg):
 def _dispatcher(cfg):
     from hw.accel.dispatcher import Dispatcher
     from hw.lib.widths import index_bits
-    return Dispatcher(cfg.d_model, layers=cfg.layers, chunks=cfg.chunks, cores=cfg.cores,
-                      tag_bits=index_bits(cfg.batch))
+    return Dispatcher(layers=cfg.layers, chunks=cfg.chunks, cores=cfg.cores, tag_bits=index_bits(cfg.batch))
 
 
 def _tas_group(cfg):

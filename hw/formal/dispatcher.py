@@ -18,7 +18,7 @@ class DispatcherWork(PropertyWrapper):
     checks in every cycle:
 
     - **no duplicates, no invented chunks**: a chunk goes out only while one is owed, it is the
-      next chunk number, and it carries the held row's ``x``, ``layer`` and ``tag``;
+      next chunk number, and it carries the held row's ``layer`` and ``tag``;
     - **no drops**: a row is accepted only once every chunk of the previous row of its holder
       has gone out (at the latest in the same cycle), so at most ``chunks`` are ever owed;
     - **static**: chunks of the row with tag ``b`` go to core ``b mod cores`` only (whatever
@@ -41,7 +41,7 @@ class DispatcherWork(PropertyWrapper):
         Static mode checked.
     chunk_rr : bool
         With ``static`` False: chunk round-robin instead of DRS.
-    d_model, layers, chunks, cores, tag_bits : int
+    layers, chunks, cores, tag_bits : int
         Dispatcher parameters.
     dut_class : type
         The dispatcher's class (a planted-bug copy in the failing twin tests).
@@ -50,14 +50,14 @@ class DispatcherWork(PropertyWrapper):
         ``held_<h>``).
     """
 
-    def __init__(self, *, static, chunk_rr=False, d_model=2, layers=2, chunks=3, cores=3, tag_bits=2,
+    def __init__(self, *, static, chunk_rr=False, layers=2, chunks=3, cores=3, tag_bits=2,
                  dut_class=Dispatcher, invariants=True):
         super().__init__()
         if static and chunk_rr:
             raise ValueError("DispatcherWork: chunk_rr is a DRS-holder mode; static must be False")
         self.static, self.chunk_rr, self.chunks, self.cores = bool(static), bool(chunk_rr), chunks, cores
         self.invariants = invariants
-        self.dut = dut_class(d_model, layers=layers, chunks=chunks, cores=cores, tag_bits=tag_bits)
+        self.dut = dut_class(layers=layers, chunks=chunks, cores=cores, tag_bits=tag_bits)
         self.free(*in_ports(self.dut))
 
     def elaborate(self, platform):
@@ -93,8 +93,8 @@ class DispatcherWork(PropertyWrapper):
                     m.d.comb += [
                         Assert(owed != 0, "a chunk goes out only while one is owed (no duplicate)"),
                         Assert(o.p.chunk == nxt, "chunks go out in order, each once"),
-                        Assert((o.p.x == row.x) & (o.p.layer == row.layer) & (o.p.tag == row.tag),
-                               "a chunk carries its row's x, layer and tag"),
+                        Assert((o.p.layer == row.layer) & (o.p.tag == row.tag),
+                               "a chunk carries its row's layer and tag"),
                     ]
                     if self.chunk_rr:
                         m.d.comb += Assert(nxt % P == p, "chunk-RR: chunk j goes to core j mod cores")

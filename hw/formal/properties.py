@@ -88,7 +88,7 @@ class Property:
 
 
 def _dispatcher(cls):
-    return cls(2, layers=2, chunks=3, cores=3, tag_bits=2)
+    return cls(layers=2, chunks=3, cores=3, tag_bits=2)
 
 
 PROPERTIES = [
