@@ -27,6 +27,7 @@ CFG = DEFAULT_ACCEL
 def test_latencies_are_the_blocks_own():
     from hw.accel.mv_core import mv_acc_bits
     from hw.accel.mv_unit import MvUnit
+    from hw.accel.replay_cache import ReplayCache
     from hw.accel.requant_lane import RequantLane
     from hw.accel.tas_group import TasGroup
     from hw.accel.weight_store import WeightStore
@@ -39,6 +40,7 @@ def test_latencies_are_the_blocks_own():
     assert lat.mv == MvUnit(CFG.mv_in, CFG.mv_out, mv_acc_bits(CFG)).latency
     assert lat.requant == RequantLane.latency
     assert lat.mult == Mult18.latency
+    assert lat.cache == ReplayCache.latency
 
 
 def test_row_out_latency_is_the_blocks_own():
@@ -55,7 +57,8 @@ def test_figures_of_the_default():
     dense = group_cycles(CFG, [0, 0, 0, 0])
     assert 16 * (gu + d) < dense < 16 * (gu + d) + 80
     # An all-replayed group: the TAS, the cache read and the reorder buffer, one row per cycle.
-    assert group_cycles(CFG, [1, 1, 1, 1]) == Latencies(CFG).tas + CFG.batch + 2
+    lat = Latencies(CFG)
+    assert group_cycles(CFG, [1, 1, 1, 1]) == lat.tas + CFG.batch + lat.cache + 1
     # Row-static puts a lone row's 8 chunks on one core: about twice the time.
     assert group_cycles(CFG, [0, 1, 1, 1], "static") > 1.8 * one
 

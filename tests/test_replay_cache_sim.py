@@ -45,7 +45,8 @@ def run_cache(tr, groups, *, corrupt_write=None):
         for _ in expected:
             while crng.random() < 0.3:
                 await ctx.tick()
-            got.append(unpack_int8(await stream_get(ctx, dut.o), dim))
+            bits = await stream_get(ctx, dut.o)
+            got.append((unpack_int8(bits & ((1 << 8 * dim) - 1), dim), bits >> 8 * dim))
 
     sim.add_testbench(producer)
     sim.add_testbench(consumer)
@@ -55,7 +56,10 @@ def run_cache(tr, groups, *, corrupt_write=None):
 
 def first_bad(expected, got, tr):
     assert len(got) == len(expected), f"{len(got)} reads returned for {len(expected)} replayed rows"
-    for (g, b, want), have in zip(expected, got, strict=True):
+    for (g, b, want), (have, row) in zip(expected, got, strict=True):
+        if row != b:
+            return (f"layer {tr.group_layer[g]}, frame {tr.group_frame[g]}, index {tr.group_index[g]}: "
+                    f"the read of row {b} came back as row {row}")
         if not np.array_equal(want, have):
             e = int(np.flatnonzero(want != have)[0])
             return (f"layer {tr.group_layer[g]}, frame {tr.group_frame[g]}, index {tr.group_index[g]}, "

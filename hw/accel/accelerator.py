@@ -224,19 +224,16 @@ class Accelerator(wiring.Component):
             cache.i.p.write.eq(wb), cache.i.p.layer.eq(grp_layer), cache.i.p.index.eq(grp_index),
             cache.i.p.row.eq(Mux(wb, mlp.o.p.tag, dec.row)), cache.i.p.y.eq(mlp.o.p.y),
         ]
-        read_row = Signal(tag_bits)
         rob_from_mlp = Signal()
         m.d.comb += [
             rob_from_mlp.eq(wb & cache.i.ready & rob.i.ready & ~cache.o.valid),
             mlp.o.ready.eq(rob_from_mlp),
             cache.i.valid.eq(rob_from_mlp | (want_read & ~wb)),
         ]
-        with m.If(want_read & ~wb & cache.i.ready):
-            m.d.sync += read_row.eq(dec.row)
         m.d.comb += cache.o.ready.eq(rob.i.ready)
         with m.If(cache.o.valid):
-            m.d.comb += [rob.i.valid.eq(1), rob.i.p.tag.eq(read_row),
-                         rob.i.p.data.y.eq(cache.o.p), rob.i.p.data.replay.eq(1)]
+            m.d.comb += [rob.i.valid.eq(1), rob.i.p.tag.eq(cache.o.p.row),
+                         rob.i.p.data.y.eq(cache.o.p.y), rob.i.p.data.replay.eq(1)]
         with m.Else():
             m.d.comb += [rob.i.valid.eq(rob_from_mlp), rob.i.p.tag.eq(mlp.o.p.tag),
                          rob.i.p.data.y.eq(mlp.o.p.y), rob.i.p.data.replay.eq(0)]

@@ -1,13 +1,13 @@
 """Replay cache: the MLP output used at (frame t-1, position i), per layer and row."""
 
 from amaranth import *
-from amaranth.lib import data, memory, stream, wiring
+from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from hw.lib.bram import Bram, widest_data_width
 from hw.lib.widths import index_bits, mul_const
 
-__all__ = ["ReplayCache", "request_layout"]
-
+__all__ = ["ReplayCache", "request_layout", "read_layout"]
 
 
 def request_layout(dim, layers, tokens_per_frame, batch):
@@ -21,13 +21,24 @@ def request_layout(dim, layers, tokens_per_frame, batch):
     })
 
 
+def read_layout(dim, batch):
+    """A read's answer: the entry ``y`` and the ``row`` of the request."""
+    return data.StructLayout({"y": data.ArrayLayout(signed(8), dim), "row": index_bits(batch)})
+
+
 class ReplayCache(wiring.Component):
     """``layers * tokens_per_frame * batch`` int8 vectors of ``dim``: ``N x B x d`` bytes per layer.
 
     A computed row is written back (``write = 1``); a replayed row reads the entry, which holds the
     output that was *used* one frame earlier at the same position, fresh or itself replayed
-    (chaining: replayed rows are not written). Reads return on ``o`` in request order, one cycle
-    later; a read of an entry written by an earlier request sees the written value.
+    (chaining: replayed rows are not written). Reads return on ``o`` in request order, with the
+    request's ``row``, :attr:`latency` cycles after the request is taken when ``o`` does not wait;
+    a read of an entry written by an earlier request sees the written value.
+
+    The entries are block RAMs read through their output registers (:class:`hw.lib.bram.Bram`,
+    as wide as their depth allows, side by side): the read stage and the output register form a two-stage pipeline
+    that advances while ``o`` is empty or taken (one enable, ``i.ready``), one request per cycle.
+    A write does not read (the block RAM's ports must not collide on one address).
 
     Parameters
     ----------
@@ -39,15 +50,22 @@ class ReplayCache(wiring.Component):
     Members
     -------
     i : In(stream.Signature(request_layout(...)))
-    o : Out(stream.Signature(ArrayLayout(signed(8), dim)))
-        Read data.
+    o : Out(stream.Signature(read_layout(dim, batch)))
+        Read data and the row they answer.
     """
+
+    #: Cycles from a read request taken to its data on ``o`` (the block RAM's address and output
+    #: registers).
+    latency = Bram.latency
 
     def __init__(self, dim, layers, tokens_per_frame, batch):
         self._dim, self._layers, self._n, self._batch = dim, layers, tokens_per_frame, batch
+        self._bank_width = widest_data_width(max(2, self.depth))
+        if self._bank_width is None:
+            raise ValueError(f"ReplayCache: {self.depth} entries do not fit one block RAM's depth")
         super().__init__({
             "i": In(stream.Signature(request_layout(dim, layers, tokens_per_frame, batch))),
-            "o": Out(stream.Signature(data.ArrayLayout(signed(8), dim))),
+            "o": Out(stream.Signature(read_layout(dim, batch))),
         })
 
     @property
@@ -56,21 +74,27 @@ class ReplayCache(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        m.submodules.mem = mem = memory.Memory(shape=data.ArrayLayout(signed(8), self._dim),
-                                               depth=self.depth, init=[])
-        wr = mem.write_port()
-        rd = mem.read_port(domain="sync")
         p = self.i.p
+        bits = 8 * self._dim
         addr = Signal(range(self.depth))
         en = Signal()
+        y_in, y_out = Value.cast(p.y), Value.cast(self.o.p.y)
         m.d.comb += [
             addr.eq(mul_const(mul_const(p.layer, self._n) + p.index, self._batch) + p.row),
             en.eq(~self.o.valid | self.o.ready),
             self.i.ready.eq(en),
-            wr.en.eq(self.i.valid & en & p.write), wr.addr.eq(addr), wr.data.eq(p.y),
-            rd.en.eq(en), rd.addr.eq(addr),
-            self.o.p.eq(rd.data),
         ]
+        for n, lo in enumerate(range(0, bits, self._bank_width)):
+            w = min(self._bank_width, bits - lo)
+            bank = m.submodules[f"bank_{n}"] = Bram(w, max(2, self.depth))
+            m.d.comb += [
+                bank.w_en.eq(self.i.valid & en & p.write), bank.w_addr.eq(addr), bank.w_data.eq(y_in[lo:lo + w]),
+                bank.r_en.eq(en & ~(self.i.valid & p.write)), bank.r_ce_out.eq(en), bank.r_addr.eq(addr),
+                y_out[lo:lo + w].eq(bank.r_data),
+            ]
+        # The read stage's valid and row, then the output register's (o).
+        stage_valid, stage_row = Signal(), Signal.like(p.row)
         with m.If(en):
-            m.d.sync += self.o.valid.eq(self.i.valid & ~p.write)
+            m.d.sync += [stage_valid.eq(self.i.valid & ~p.write), stage_row.eq(p.row),
+                         self.o.valid.eq(stage_valid), self.o.p.row.eq(stage_row)]
         return m

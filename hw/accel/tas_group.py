@@ -281,16 +281,15 @@ class TasGroup(wiring.Component):
         ph0_4 = Signal()
         m.d.sync += ph0_4.eq(phase == 0)
 
-        # Threshold clamped to the TAS range (no comparison changes), negated: the comparisons
-        # with the bounds (stage 2), the negation (3), the clamp (4).
+        # Threshold clamped to the TAS range (no comparison changes), negated: the threshold
+        # registered alone (stage 2, a plain wire from the wide row register), the comparisons with
+        # the bounds and the negation (3), the clamp (4).
         lo, hi = -(1 << (sb - 1)), 1 << (sb - 1)
-        thr = row_in.threshold
-        below, above = Signal(reset_less=True), Signal(reset_less=True)
-        thr_t = Signal(signed(sb + 1), reset_less=True)
-        m.d.sync += [below.eq(thr < lo), above.eq(thr > hi), thr_t.eq(thr)]
+        thr = Signal.like(row_in.threshold, name="thr", reset_less=True)
+        m.d.sync += thr.eq(row_in.threshold)
         neg_t = Signal(signed(sb + 2), reset_less=True)
         below3, above3 = Signal(reset_less=True), Signal(reset_less=True)
-        m.d.sync += [neg_t.eq(-thr_t), below3.eq(below), above3.eq(above)]
+        m.d.sync += [neg_t.eq(-thr), below3.eq(thr < lo), above3.eq(thr > hi)]
         neg_thr = Signal(signed(sb + 2), reset_less=True)
         m.d.sync += neg_thr.eq(Mux(below3, -lo, Mux(above3, -hi, neg_t)))        # stage 4
         acc_stage = 2 + self._tree_stages
@@ -303,10 +302,10 @@ class TasGroup(wiring.Component):
         valid_d = delay(valid_in, 1, D, "valid")
         row_d = delay(row_in.row, 1, D, "row")
         fnz_d = delay(~fz2, 2, D, "fnz")
-        ph0_d = delay(ph0_4, 4, D, "ph0")
-        addr_rd = delay(addr2, 2, D - 2, "addr")
+        addr_pre = delay(addr2, 2, D - 3, "addr")
+        row_pre = delay(row_in.row, 1, D - 3, "row_pre")
+        valid_pre = delay(valid_in, 1, D - 3, "valid_pre")
         row_rd = delay(row_in.row, 1, D - 1, "row_rd")
-        addr_wr = delay(addr_rd, D - 2, D, "addr_wr")
 
         # ---- engines ------------------------------------------------------------------------
         accs, diffs = [], []
@@ -318,6 +317,7 @@ class TasGroup(wiring.Component):
         # ---- chain counters: one memory per engine, read registered ---------------------------
         cnt_bank = []
         write_ports = []
+        addr_bs = []
         for b in range(B):
             # Distributed RAM: Yosys would otherwise fold the read register into a DP16KD
             # without its output register (and the block RAMs are all taken in v2).
@@ -327,27 +327,44 @@ class TasGroup(wiring.Component):
             rd = mem.read_port(domain="comb")
             wr = mem.write_port()
             data_r = Signal(self._chain_bits, name=f"chain_rd_{b}", reset_less=True)
-            m.d.comb += rd.addr.eq(addr_rd)
+            # The engine's own copy of the address (stage D - 2), loaded only when its row passes
+            # (a valid one: the stages also carry the fields of beats not taken),
+            # so that each memory's address comes from a register beside it: read in stage D - 2
+            # (used only for its own rows) and written in stage D, before its next row (at least
+            # 3 cycles later) can change it.
+            addr_b = Signal.like(addr_pre, name=f"chain_addr_{b}", reset_less=True)
+            with m.If(valid_pre & (row_pre == b)):
+                m.d.sync += addr_b.eq(addr_pre)
+            m.d.comb += rd.addr.eq(addr_b)
+            addr_bs.append(addr_b)
             m.d.sync += data_r.eq(rd.data)                                        # stage D - 1
             cnt_bank.append(data_r)
             write_ports.append(wr)
-        cnt_sel = Array(cnt_bank)[row_rd]
-        cnt_inc = Signal(self._chain_bits, reset_less=True)
-        chain_ge = Signal(reset_less=True)
-        m.d.sync += [cnt_inc.eq(cnt_sel + 1), chain_ge.eq(cnt_sel >= self.max_chain)]   # stage D
-
         # ---- decision (stage D) -------------------------------------------------------------
-        tas = Signal(signed(sb))
-        ge = Signal()
-        m.d.comb += [tas.eq(Array(accs)[row_d]), ge.eq(~Array(diffs)[row_d][-1])]
-        want = fnz_d & ge
-        force = (self.refresh_en & ph0_d) | (self.max_chain_en & chain_ge)
-        replay = Signal()
-        m.d.comb += replay.eq(want & ~force)
+        # Each engine decides for its own row from registers beside it: its comparison, its
+        # counter read (+1 and the max-chain test, registered in stage D) and the refresh phase;
+        # it writes its own counter with that decision, under an enable registered a stage ahead.
+        # The decision of row ``row_d`` is then a select of the engines' (no select on the write
+        # path).
+        rf_d = Signal(reset_less=True)
+        m.d.sync += rf_d.eq(self.refresh_en & delay(ph0_4, 4, D - 1, "ph0"))
+        valid_rd = delay(valid_in, 1, D - 1, "valid_rd")
+        replays = []
         for b in range(B):
+            cnt_inc = Signal(self._chain_bits, name=f"chain_inc_{b}", reset_less=True)
+            stop = Signal(name=f"chain_stop_{b}", reset_less=True)
+            wen = Signal(name=f"chain_wen_{b}")
+            m.d.sync += [cnt_inc.eq(cnt_bank[b] + 1),
+                         stop.eq(self.max_chain_en & (cnt_bank[b] >= self.max_chain)),
+                         wen.eq(self.max_chain_en & valid_rd & (row_rd == b))]
+            replay_b = Signal(name=f"replay_{b}")
+            m.d.comb += replay_b.eq(fnz_d & ~diffs[b][-1] & ~rf_d & ~stop)
+            replays.append(replay_b)
             wr = write_ports[b]
-            m.d.comb += [wr.addr.eq(addr_wr), wr.data.eq(Mux(replay, cnt_inc, 0)),
-                         wr.en.eq(self.max_chain_en & valid_d & (row_d == b))]
+            m.d.comb += [wr.addr.eq(addr_bs[b]), wr.data.eq(Mux(replay_b, cnt_inc, 0)), wr.en.eq(wen)]
+        tas = Signal(signed(sb))
+        replay = Signal()
+        m.d.comb += [tas.eq(Array(accs)[row_d]), replay.eq(Array(replays)[row_d])]
 
         dec = Signal(data.StructLayout({"row": len(row_d), "tas": signed(sb), "replay": 1}))
         m.d.comb += [dec.row.eq(row_d), dec.tas.eq(tas), dec.replay.eq(replay)]

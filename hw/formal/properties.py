@@ -122,7 +122,7 @@ PROPERTIES = [
              lambda cls: ReorderBufferOrder(dut_class=cls), "prove", 8),
     Property("replay_cache_memory", "replay cache: addresses in range; each entry reads back its "
              "last write", "hw/accel/replay_cache.py", "ReplayCache",
-             lambda cls: ReplayCacheMemory(dut_class=cls), "bmc", 24),
+             lambda cls: ReplayCacheMemory(dut_class=cls), "bmc", 10),
     Property("row_out_rows", "output stage (tiny config, two cores): every complete row leaves "
              "on o exactly once and in time, never early; o holds valid and payload until ready",
              "hw/accel/row_out.py", "RowOut", lambda cls: RowOutRows(TINY_ACCEL, dut_class=cls), "bmc", 26),

@@ -4,7 +4,7 @@ from amaranth import *
 from amaranth.hdl import Assert, Assume
 
 from hw.accel.replay_cache import ReplayCache
-from hw.formal.harness import PropertyWrapper, in_ports, stream_hold
+from hw.formal.harness import Internals, PropertyWrapper, in_ports, stream_hold
 
 __all__ = ["ReplayCacheMemory"]
 
@@ -20,10 +20,11 @@ class ReplayCacheMemory(PropertyWrapper):
 
     - **addresses in range**: every write and every read of a request lands below
       ``layers * tokens_per_frame * batch``;
-    - **one entry per (layer, index, row)**: a read of the watched entry returns, one beat later
-      on ``o``, the value last written to it, whatever was written to the other entries in
-      between (two tuples sharing an address would break this);
-    - the read data is offered as soon as it is due and held until taken.
+    - **one entry per (layer, index, row)**: a read of the watched entry returns on ``o``, in
+      request order, with its row, the value last written to it before the read, whatever was
+      written to the other entries in between (two tuples sharing an address would break this);
+    - no read data without a read, at most ``latency`` reads in flight, and the read data held
+      until taken.
 
     Parameters
     ----------
@@ -48,13 +49,10 @@ class ReplayCacheMemory(PropertyWrapper):
         m = self.module()
         L, N, B = self.geometry
         depth = L * N * B
-        # Elaborate the cache here, to reach the address ports of its memory (and mark the
-        # component as used, as Amaranth's own memory code does for ports it elaborates).
-        m.submodules.dut = body = self.dut.elaborate(platform)
-        self.dut._MustUse__used = True
-        mem = body.submodules.mem
-        wr, rd = mem.write_ports[0], mem.read_ports[0]
         dut = self.dut
+        body = Internals(dut, platform)
+        m.submodules.dut = body.fragment
+        addr = body["addr"]
         req = dut.i.p
         stream_hold(m, dut.i, name="i", assume=True)
         for name, sig, n in (("layer0", self.layer0, L), ("index0", self.index0, N), ("row0", self.row0, B)):
@@ -65,25 +63,38 @@ class ReplayCacheMemory(PropertyWrapper):
                                "request fields in range")
 
         took = dut.i.valid & dut.i.ready
-        with m.If(wr.en):
-            m.d.comb += Assert(wr.addr < depth, "write address in range")
+        with m.If(took & req.write):
+            m.d.comb += Assert(addr < depth, "write address in range")
         with m.If(took & ~req.write):
-            m.d.comb += Assert(rd.en & (rd.addr < depth), "read address in range")
+            m.d.comb += Assert(addr < depth, "read address in range")
+
+        # Reads come back in order: count those in flight, and for a read of the watched entry
+        # how many earlier reads leave before it.
+        gave = dut.o.valid & dut.o.ready
+        flight = Signal(range(4))
+        m.d.sync += flight.eq(flight + (took & ~req.write) - gave)
+        with m.If(gave):
+            m.d.comb += Assert(flight != 0, "no read data without a read")
+        m.d.comb += Assert(flight <= dut.latency, "at most one read per pipeline stage in flight")
 
         watched = (req.layer == self.layer0) & (req.index == self.index0) & (req.row == self.row0)
         known = Signal()                       # the watched entry has been written
         value = Signal.like(req.y)             # what was last written to it
-        due = Signal()                         # a read of it is in flight: o must show `expect`
+        due = Signal()                         # a read of it is in flight
+        ahead = Signal(range(4))               # reads in flight before it
         expect = Signal.like(req.y)
         with m.If(took & req.write & watched):
             m.d.sync += [known.eq(1), value.eq(req.y)]
-        with m.If(took & ~req.write):
-            m.d.sync += [due.eq(watched & known), expect.eq(value)]
-        with m.Elif(dut.o.valid & dut.o.ready):
-            m.d.sync += due.eq(0)
-        with m.If(due):
-            m.d.comb += Assert(dut.o.valid & (Value.cast(dut.o.p) == Value.cast(expect)),
-                               "a read returns the value last written to its entry")
+        with m.If(due & gave):
+            with m.If(ahead == 0):
+                m.d.comb += Assert(dut.o.p.row == self.row0, "a read returns its row")
+                m.d.comb += Assert(Value.cast(dut.o.p.y) == Value.cast(expect),
+                                   "a read returns the value last written to its entry")
+                m.d.sync += due.eq(0)
+            with m.Else():
+                m.d.sync += ahead.eq(ahead - 1)
+        with m.Elif(~due & took & ~req.write & watched & known):
+            m.d.sync += [due.eq(1), ahead.eq(flight - gave), expect.eq(value)]
         stream_hold(m, dut.o, name="o")
-        self.cover(m, due & dut.o.valid & dut.o.ready, "a read of the watched entry returns its value")
+        self.cover(m, due & gave & (ahead == 0), "a read of the watched entry returns its value")
         return m

@@ -37,6 +37,8 @@ class Latencies:
         :attr:`hw.accel.requant_lane.RequantLane.latency`.
     mult : int
         :attr:`hw.lib.mult18.Mult18.latency` (the gated product).
+    cache : int
+        :attr:`hw.accel.replay_cache.ReplayCache.latency`: a read request to its data on ``o``.
     """
 
     def __init__(self, cfg: AccelConfig, *, tas: int | None = None):
@@ -46,6 +48,7 @@ class Latencies:
         self.mv = 3 + max(0, (cfg.mv_in - 1).bit_length()) + 1
         self.requant = 5
         self.mult = 2
+        self.cache = 2
         d_ob = cfg.d_model // cfg.mv_out
         # The last GU issue to its chunk's h complete (visible to the pass scheduler): the issue
         # register, the activation and weight pipeline, the unit, the serialiser (one cycle to load,
@@ -112,7 +115,7 @@ def group_cycles(cfg: AccelConfig, replay, schedule: str = "drs", *, lat: Latenc
     done_at = {}                       # cycle -> rows whose count goes up in that cycle
     count = [0] * B
     ro_busy, ro_row, ro_valid_at, ro_valid = False, None, None, False
-    cache_out_at = None                # the cycle a cache read's data is on cache.o
+    cache_out = set()                  # the cycles in which a cache read's data is on cache.o
     rob_in = {}                        # row -> the cycle it entered the reorder buffer
     out_next = 0
     t = 0
@@ -128,7 +131,7 @@ def group_cycles(cfg: AccelConfig, replay, schedule: str = "drs", *, lat: Latenc
         if ro_busy and not ro_valid and t == ro_valid_at:
             ro_valid = True
         wb = ro_valid
-        cache_o = cache_out_at == t
+        cache_o = t in cache_out
         ro_can_start = not ro_busy and not ro_valid
         # Dispatcher: chunks out to cores whose held job slot is empty (a registered ready).
         ready = [c.nxt is None for c in cores]
@@ -162,8 +165,8 @@ def group_cycles(cfg: AccelConfig, replay, schedule: str = "drs", *, lat: Latenc
             on_take(t, head)
         if took is not None:
             if took == "read":
-                cache_out_at = t + 1
-                rob_in[head] = t + 1
+                cache_out.add(t + lat.cache)
+                rob_in[head] = t + lat.cache
             else:
                 holders[head % P if schedule == "static" else 0] = (head, 0)
             head += 1
