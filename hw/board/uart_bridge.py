@@ -342,16 +342,19 @@ class UartBridge(wiring.Component):
         # --- watchdog --------------------------------------------------------------------------
         waiting = Signal()
         expired = Signal()
+        accepting, loading = Signal(), Signal()        # in COUNT_LO, COUNT_HI or RECV; in LOAD
         if self._timeout is not None:
             # ``expired`` is a register, set as ``quiet`` reaches ``timeout`` and held until the
             # command moves or ends (``quiet`` then stays at ``timeout``). It is computed on ``quiet``
-            # itself (``timeout - 1``), not on its next value, so no adder feeds it.
+            # itself (``timeout - 1``), not on its next value, so no adder feeds it. A byte or read
+            # beat offered while the bridge takes one counts as a move without ``expired`` (which
+            # only ends the command: the state after it restarts the count anyway).
             quiet = Signal(range(self._timeout + 1))
             moved = Signal()
-            m.d.comb += moved.eq(self.i.valid & self.i.ready)
-            for name in reads:
+            m.d.comb += moved.eq(self.i.valid & accepting)
+            for k, name in enumerate(reads):
                 port = getattr(self, name)
-                with m.If(port.valid & port.ready):
+                with m.If(port.valid & loading & ((which == k) if len(reads) > 1 else 1)):
                     m.d.comb += moved.eq(1)
             with m.If(~waiting | moved):
                 m.d.sync += [quiet.eq(0), expired.eq(0)]
@@ -522,5 +525,6 @@ class UartBridge(wiring.Component):
         if wires:
             with m.If(rd_en):
                 m.d.sync += rd_sr.eq(Mux(tx_rd, rd_sr >> 8, Array(wires)[which] if len(wires) > 1 else wires[0]))
-        m.d.comb += self.busy.eq(~fsm.ongoing("IDLE"))
+        m.d.comb += [self.busy.eq(~fsm.ongoing("IDLE")), loading.eq(fsm.ongoing("LOAD")),
+                     accepting.eq(fsm.ongoing("COUNT_LO") | fsm.ongoing("COUNT_HI") | fsm.ongoing("RECV"))]
         return m
