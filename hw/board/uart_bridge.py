@@ -502,8 +502,8 @@ class UartBridge(wiring.Component):
                 m.d.sync += [flags.eq(set_flags), fl_byte.eq(flags | set_flags)]
                 answer(1, AFTER_IDLE, fl=True)
 
-        # ``an_en`` and ``rd_en`` are the registers' enables, as flops of their own: outside SEND
-        # (load) or one cycle after a byte of theirs was taken (shift).
+        # ``an_en`` and ``rd_en`` are the registers' enables, as flops of their own: while the
+        # register is not being sent (load) or one cycle after a byte of it was taken (shift).
         sent_last = self.o.ready & tx_one
         an_next, rd_next = start_an | tx_an & ~sent_last, start_rd | tx_rd & ~sent_last
         an_en, rd_en = Signal(init=1), Signal(init=1)
@@ -523,8 +523,9 @@ class UartBridge(wiring.Component):
             tail = Cat(*(v for v in (u, last) if v is not None))
             wires.append(Cat(d, C(0, 8 * f.data_bytes - f.data_bits), tail))
         if wires:
+            beat = Array(wires)[which] if len(wires) > 1 else wires[0]
             with m.If(rd_en):
-                m.d.sync += rd_sr.eq(Mux(tx_rd, rd_sr >> 8, Array(wires)[which] if len(wires) > 1 else wires[0]))
+                m.d.sync += rd_sr.eq(Mux(tx_rd, rd_sr >> 8, beat))
         m.d.comb += [self.busy.eq(~fsm.ongoing("IDLE")), loading.eq(fsm.ongoing("LOAD")),
                      accepting.eq(fsm.ongoing("COUNT_LO") | fsm.ongoing("COUNT_HI") | fsm.ongoing("RECV"))]
         return m
