@@ -18,8 +18,9 @@ from hw.accel.mlp_engine import MlpEngine
 from hw.accel.mv_core import gu_rq_load_layout
 from hw.accel.replay_cache import ReplayCache
 from hw.accel.row_out import rqd_load_layout
-from hw.accel.tas_group import TasGroup
+from hw.accel.tas_group import TasGroup, group_decision_layout
 from hw.lib.reorder_buffer import ReorderBuffer
+from hw.lib.skid import SkidBuffer
 from hw.lib.widths import index_bits
 from sw.config import AccelConfig
 
@@ -39,9 +40,9 @@ def coverage_events(cfg: AccelConfig) -> dict[str, str]:
     """The coverage counters of an ``Accelerator(cfg, coverage=True)``, by port name: cycles in which
     each event held, or for ``cov_tas_queue_peak`` the most decisions the TAS group's output queue
     held at once. (That queue has room for every row the TAS can hold in flight, its latency; in the
-    accelerator it never holds more than ``batch - 2``: a group has ``batch`` rows, the next group
-    waits for the whole group to leave, and of the waiting decisions one is in the dispatcher and one
-    in the output register.)"""
+    accelerator it never holds more than ``batch - 3``: a group has ``batch`` rows, the next group
+    waits for the whole group to leave, and of the waiting decisions one is in the dispatcher, one
+    in the register slice after the TAS group and one in its output register.)"""
     events = {"cov_finish_together": "two or more cores finished a D pass in the same cycle",
               "cov_tas_queue_peak": "the most decisions in the TAS group's output queue at once",
               "cov_tas_queue_empty": "the TAS group's output queue was empty",
@@ -212,12 +213,16 @@ class Accelerator(wiring.Component):
                 m.d.sync += [grp_layer.eq(r.layer), grp_index.eq(r.index)]
 
         # --- decisions: replayed rows to the cache, computed rows to the MLP -------------------
-        dec = tas.o.p
+        # Through a register slice on the ready path (latency 0): the TAS group's o.ready is a
+        # flop, so the dispatcher's and the cache's handshakes do not chain into the TAS.
+        m.submodules.tas_out = tas_out = SkidBuffer(group_decision_layout(B), mode="backward")
+        wiring.connect(m, tas.o, tas_out.i)
+        dec = tas_out.o.p
         wb = mlp.o.valid
         m.d.comb += [mlp.i.p.layer.eq(grp_layer), mlp.i.p.tag.eq(dec.row)]
-        m.d.comb += [mlp.i.valid.eq(tas.o.valid & ~dec.replay),
-                     tas.o.ready.eq(Mux(dec.replay, cache.i.ready & ~wb, mlp.i.ready))]
-        want_read = tas.o.valid & dec.replay
+        m.d.comb += [mlp.i.valid.eq(tas_out.o.valid & ~dec.replay),
+                     tas_out.o.ready.eq(Mux(dec.replay, cache.i.ready & ~wb, mlp.i.ready))]
+        want_read = tas_out.o.valid & dec.replay
 
         # --- replay cache: write-backs of computed rows first, then reads ----------------------
         m.d.comb += [
@@ -263,7 +268,7 @@ class Accelerator(wiring.Component):
                     self.groups.eq(self.groups + 1),
                     elapsed.eq(0), in_group.eq(0), rows_in.eq(0), rows_out.eq(0), last_seen.eq(0),
                 ]
-        with m.If(tas.o.valid & tas.o.ready):
+        with m.If(tas_out.o.valid & tas_out.o.ready):
             m.d.sync += Array(tas_of)[dec.row].eq(dec.tas)
             with m.If(dec.replay):
                 m.d.sync += self.rows_replayed.eq(self.rows_replayed + 1)

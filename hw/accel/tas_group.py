@@ -387,11 +387,14 @@ class TasGroup(wiring.Component):
         m.d.comb += [self.o.valid.eq(out_valid), self.o.p.row.eq(out.row), self.o.p.tas.eq(out.tas),
                      self.o.p.replay.eq(out.replay)]
 
+        # The count and the room for both values of ``take``, so that the input handshake only
+        # selects between them.
         cap = queue_depth + 1
         count = Signal(range(cap + 1))
-        count_next = Signal.like(count)
-        m.d.comb += count_next.eq(count + take - (out_valid & self.o.ready))
-        m.d.sync += [count.eq(count_next), room.eq(count_next < cap)]
+        gone = out_valid & self.o.ready
+        count_t, count_n = Signal.like(count), Signal.like(count)
+        m.d.comb += [count_t.eq(count + 1 - gone), count_n.eq(count - gone)]
+        m.d.sync += [count.eq(Mux(take, count_t, count_n)), room.eq(Mux(take, count_t < cap, count_n < cap))]
         return m
 
     # ------------------------------------------------------------------------------------------
