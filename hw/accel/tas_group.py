@@ -96,8 +96,9 @@ class TasGroup(wiring.Component):
     ``max(dim / lanes, 3)`` cycles after the previous one, so a read never misses the previous
     write of its own row.
 
-    **Output.** Decisions leave in the order the rows arrived (all engines have the same latency)
-    through an output register and a queue. The input takes a row only while the queue has room for
+    **Output.** Each engine's decision and TAS are registered beside it, a cycle after the
+    decision; then the row's are selected. Decisions leave in the order the rows arrived (all
+    engines have the same latency) through an output register and a queue. The input takes a row only while the queue has room for
     every row in flight (a credit count), so the pipeline never stalls and ``o.ready`` drives only
     the output register, the queue and the count.
 
@@ -136,7 +137,7 @@ class TasGroup(wiring.Component):
     latency : int
         Cycles from a row's beat on ``i`` (the cycle with ``valid`` and ``ready`` high) to the
         cycle its decision is on ``o`` (with ``o.ready`` high and nothing queued):
-        ``steps + tree_stages + 3``.
+        ``steps + tree_stages + 4``.
     steps : int
         ``dim // lanes``.
     occupancy : int
@@ -176,7 +177,7 @@ class TasGroup(wiring.Component):
             "o": Out(stream.Signature(group_decision_layout(batch))),
             "refresh_en": In(1), "refresh_every": In(frame_bits),
             "max_chain_en": In(1), "max_chain": In(chain_bits),
-            "queue_level": Out(range(self._decide + 2)),
+            "queue_level": Out(range(self._decide + 3)),
         })
 
     @property
@@ -194,7 +195,7 @@ class TasGroup(wiring.Component):
 
     @property
     def latency(self) -> int:
-        return self._decide + 1
+        return self._decide + 2
 
     @property
     def _decide(self):
@@ -362,12 +363,21 @@ class TasGroup(wiring.Component):
             replays.append(replay_b)
             wr = write_ports[b]
             m.d.comb += [wr.addr.eq(addr_bs[b]), wr.data.eq(Mux(replay_b, cnt_inc, 0)), wr.en.eq(wen)]
+        # Stage D + 1: each engine's decision and TAS registered beside it, then the select of row
+        # ``row_d``'s (the engines are far apart; one route and a multiplexer to the output).
+        tas_r = [Signal(signed(sb), name=f"tas_r_{b}", reset_less=True) for b in range(B)]
+        replay_r = [Signal(name=f"replay_r_{b}", reset_less=True) for b in range(B)]
+        for b in range(B):
+            m.d.sync += [tas_r[b].eq(accs[b]), replay_r[b].eq(replays[b])]
+        row_o = Signal.like(row_d, name="row_o", reset_less=True)
+        valid_o = Signal(name="valid_o")
+        m.d.sync += [row_o.eq(row_d), valid_o.eq(valid_d)]
         tas = Signal(signed(sb))
         replay = Signal()
-        m.d.comb += [tas.eq(Array(accs)[row_d]), replay.eq(Array(replays)[row_d])]
+        m.d.comb += [tas.eq(Array(tas_r)[row_o]), replay.eq(Array(replay_r)[row_o])]
 
-        dec = Signal(data.StructLayout({"row": len(row_d), "tas": signed(sb), "replay": 1}))
-        m.d.comb += [dec.row.eq(row_d), dec.tas.eq(tas), dec.replay.eq(replay)]
+        dec = Signal(data.StructLayout({"row": len(row_o), "tas": signed(sb), "replay": 1}))
+        m.d.comb += [dec.row.eq(row_o), dec.tas.eq(tas), dec.replay.eq(replay)]
 
         # ---- output register + queue, credits -------------------------------------------------
         m.submodules.queue = queue = fifo.SyncFIFO(width=len(dec.as_value()), depth=queue_depth)
@@ -379,22 +389,23 @@ class TasGroup(wiring.Component):
             with m.If(queue.r_rdy):
                 m.d.comb += queue.r_en.eq(1)
                 m.d.sync += [out.eq(queue.r_data), out_valid.eq(1)]
-            with m.Elif(valid_d):
+            with m.Elif(valid_o):
                 m.d.sync += [out.eq(dec), out_valid.eq(1)]
             with m.Else():
                 m.d.sync += out_valid.eq(0)
-        m.d.comb += [queue.w_data.eq(dec), queue.w_en.eq(valid_d & ~(out_free & ~queue.r_rdy))]
+        m.d.comb += [queue.w_data.eq(dec), queue.w_en.eq(valid_o & ~(out_free & ~queue.r_rdy))]
         m.d.comb += [self.o.valid.eq(out_valid), self.o.p.row.eq(out.row), self.o.p.tas.eq(out.tas),
                      self.o.p.replay.eq(out.replay)]
 
-        # The count and the room for both values of ``take``, so that the input handshake only
-        # selects between them.
+        # The room is ``count + take - gone < cap``, written as a choice between comparisons of the
+        # count register alone, so that the handshakes only select.
         cap = queue_depth + 1
         count = Signal(range(cap + 1))
-        gone = out_valid & self.o.ready
-        count_t, count_n = Signal.like(count), Signal.like(count)
-        m.d.comb += [count_t.eq(count + 1 - gone), count_n.eq(count - gone)]
-        m.d.sync += [count.eq(Mux(take, count_t, count_n)), room.eq(Mux(take, count_t < cap, count_n < cap))]
+        gone = Signal()
+        lt_cap, lt_cap1 = Signal(), Signal()
+        m.d.comb += [gone.eq(out_valid & self.o.ready), lt_cap.eq(count < cap), lt_cap1.eq(count < cap - 1)]
+        m.d.sync += [count.eq(count + take - gone),
+                     room.eq(Mux(take, Mux(gone, lt_cap, lt_cap1), gone | lt_cap))]
         return m
 
     # ------------------------------------------------------------------------------------------
