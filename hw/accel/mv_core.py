@@ -7,9 +7,9 @@ from amaranth.lib.wiring import In, Out
 from hw.accel.layouts import h_params_layout, job_layout, lut_address, lut_load_layout
 from hw.accel.mv_layout import pass_lengths
 from hw.accel.mv_unit import MvUnit
-from hw.accel.requant_lane import RequantLane
+from hw.accel.requant_lane import MUX2_INIT, RequantLane
 from hw.lib.bram import Bram, widest_data_width
-from hw.lib.mult18 import Mult18
+from hw.lib.mult18 import Mult18, is_ecp5
 from hw.lib.widths import index_bits, mul_const
 from sw.config import AccelConfig
 from sw.golden import quant
@@ -70,6 +70,50 @@ def bram_table(m, name, width, depth):
         m.d.comb += [ram.w_en.eq(w_en), ram.w_addr.eq(w_addr), ram.w_data.eq(w_data[lo:hi]),
                      ram.r_addr.eq(r_addr), r_data[lo:hi].eq(ram.r_data)]
     return w_en, w_addr, w_data, r_addr, r_data
+
+
+def bit_select_primitive(m, name, bits, sel):
+    """``bits.bit_select(sel, 1)`` (0 beyond the last bit) as a tree of ECP5 multiplexers: per
+    four select bits, from the lowest, 16:1 multiplexers that each fill one PLC (eight LUT4 2:1
+    multiplexers, then ``PFUMX``, then two levels of ``L6MUX21``), so that the path from ``sel``
+    is four cells inside a PLC per level instead of the deeper LUT4 trees ABC makes of a wide
+    ``$shiftx``."""
+    cur = [bits[i] for i in range(len(bits))]
+    sel = Value.cast(sel)
+    cells = []
+
+    def cell(kind, **ports):
+        z = Signal(name=f"{name}_{len(cells)}")
+        params = {"p_INIT": Const(MUX2_INIT, 16)} if kind == "LUT4" else {}
+        cells.append(Instance(kind, **params, o_Z=z, **{f"i_{k}": v for k, v in ports.items()}))
+        m.submodules[f"{name}_c{len(cells) - 1}"] = cells[-1]
+        return z
+
+    lo = 0
+    while len(cur) > 1 and lo < len(sel):
+        k = min(4, len(sel) - lo)
+        s = [sel[lo + j] for j in range(k)]
+        nxt = []
+        for g in range(0, len(cur), 1 << k):
+            d = cur[g:g + (1 << k)]
+            d += [Const(0)] * ((1 << k) - len(d))
+            # Level 0: LUT4 2:1 multiplexers on s[0]; level 1: PFUMX (Z = C0 ? ALUT : BLUT) on
+            # s[1]; levels 2 and 3: L6MUX21 (Z = SD ? D1 : D0) on s[2] and s[3].
+            level = [cell("LUT4", A=d[i], B=d[i + 1], C=s[0], D=Const(0)) for i in range(0, len(d), 2)]
+            if k > 1:
+                level = [cell("PFUMX", ALUT=level[i + 1], BLUT=level[i], C0=s[1]) for i in range(0, len(level), 2)]
+            for j in range(2, k):
+                level = [cell("L6MUX21", D0=level[i], D1=level[i + 1], SD=s[j]) for i in range(0, len(level), 2)]
+            nxt.append(level[0])
+        cur = nxt
+        lo += k
+    out = Signal(name=f"{name}_out")
+    if lo < len(sel):
+        # Select bits above the last level's: the index is past the last bit, 0.
+        m.d.comb += out.eq(cur[0] & (sel[lo:] == 0))
+    else:
+        m.d.comb += out.eq(cur[0])
+    return out
 
 
 def mv_acc_bits(cfg: AccelConfig) -> int:
@@ -207,12 +251,20 @@ class MvCore(wiring.Component):
         dcur = Signal(meta)                     # the D pass running
         wslot = Signal()                        # h buffer of the next GU pass
         hready = Signal(2)                      # h buffer complete
+        # The next values (``*_n``) of the registers that the pass starts are decided from: each
+        # register takes its next value every cycle, and the start conditions of the next cycle are
+        # computed from them (below).
+        nxt_full_n = Signal()
+        hready_n = Signal(2)
+        m.d.comb += [nxt_full_n.eq(nxt_full), hready_n.eq(hready)]
+        m.d.sync += [nxt_full.eq(nxt_full_n), hready.eq(hready_n)]
         m.d.comb += self.i.ready.eq(~nxt_full)
         take = self.i.valid & self.i.ready
         with m.If(take):
             base = mul_const(mul_const(self.i.p.layer, cfg.chunks) + self.i.p.chunk, gu_blocks + d_blocks)
             m.d.sync += [nxt.layer.eq(self.i.p.layer), nxt.chunk.eq(self.i.p.chunk),
-                         nxt.tag.eq(self.i.p.tag), nxt.base.eq(base), nxt.xe.eq(~gu.xe), nxt_full.eq(1)]
+                         nxt.tag.eq(self.i.p.tag), nxt.base.eq(base), nxt.xe.eq(~gu.xe)]
+            m.d.comb += nxt_full_n.eq(1)
         # The free x register follows the input's payload until a job is held, so its 8 * d_model
         # enables come from two flops and not from the handshake.
         for e in range(2):
@@ -227,15 +279,18 @@ class MvCore(wiring.Component):
         left = Signal(range(max(gu_blocks, d_blocks)))
         waddr = Signal(addr_w)
         # Registers of the scheduler's conditions, kept equal to their definitions by the next-state
-        # assignments here and at the pass starts below: ``end`` = a pass's last issue (``left ==
-        # 0``), ``decide`` = ``kind == NONE | end``, ``push`` = ``end & kind == GU``.
-        end = Signal()
-        decide = Signal(init=1)
-        push = Signal()
+        # assignments (to their ``*_n``) here and at the pass starts below: ``end`` = a pass's last
+        # issue (``left == 0``), ``decide`` = ``kind == NONE | end``, ``push`` = ``end & kind == GU``;
+        # ``start_gu`` and ``start_d`` below likewise.
+        end, end_n = Signal(), Signal()
+        decide, decide_n = Signal(init=1), Signal()
+        push, push_n = Signal(), Signal()
+        m.d.comb += [end_n.eq(end), decide_n.eq(decide), push_n.eq(push)]
+        m.d.sync += [end.eq(end_n), decide.eq(decide_n), push.eq(push_n)]
         m.d.comb += self.w_addr.eq(waddr)
         with m.If(kind != NONE):
-            m.d.sync += [left.eq(left - 1), waddr.eq(waddr + 1), end.eq(left == 1), decide.eq(left == 1),
-                         push.eq((left == 1) & (kind == GU))]
+            m.d.sync += [left.eq(left - 1), waddr.eq(waddr + 1)]
+            m.d.comb += [end_n.eq(left == 1), decide_n.eq(left == 1), push_n.eq((left == 1) & (kind == GU))]
             with m.If(kind == GU):
                 with m.If(ib == L["gu_ib"] - 1):
                     m.d.sync += [ib.eq(0), mat.eq(~mat)]
@@ -251,6 +306,12 @@ class MvCore(wiring.Component):
 
         # --- what runs next (decided in a pass's last cycle, or while idle) ---------------------
         # A chunk joins the queue when its GU pass ends (push) and leaves it when its D pass starts.
+        def starts(decide, q_after, nxt_full, oldest_ready):
+            """The pass starts by the rule of the class docstring, ``(start_gu, start_d)``, from the
+            queue length after the push (``q_after``) and whether its oldest chunk's h is complete."""
+            return (decide & (q_after != 2) & nxt_full,
+                    decide & oldest_ready & ((q_after == 2) | ((q_after == 1) & ~nxt_full)))
+
         q_after = Signal(range(3))
         m.d.comb += q_after.eq(dq_n + push)
         new_q = [Signal(meta, name=f"new_q_{e}") for e in range(2)]
@@ -260,69 +321,74 @@ class MvCore(wiring.Component):
                 m.d.comb += new_q[0].eq(gu)
             with m.Else():
                 m.d.comb += new_q[1].eq(gu)
-        oldest_ready = hready.bit_select(new_q[0].slot, 1)
+        # start_gu and start_d are registers, kept equal to starts(decide, q_after, nxt_full,
+        # hready[new_q[0].slot]) of this cycle: they take starts() of the next values (below), so the
+        # wide enables of a pass start come from two flops. Their reset value 0 is starts() of the
+        # reset state (decide, an empty queue, no job held).
         start_gu = Signal()
         start_d = Signal()
-        with m.If(decide):
-            with m.If(q_after == 2):
-                m.d.comb += start_d.eq(oldest_ready)
-            with m.Elif(q_after == 1):
-                m.d.comb += [start_gu.eq(nxt_full), start_d.eq(~nxt_full & oldest_ready)]
-            with m.Else():
-                m.d.comb += start_gu.eq(nxt_full)
-
+        dq_n_n = Signal.like(dq_n)
+        m.d.comb += dq_n_n.eq(q_after)
+        m.d.sync += dq_n.eq(dq_n_n)
         with m.If(start_d):
             # The D pass takes the oldest, which is new_q[0].
-            m.d.sync += [dq[0].eq(new_q[1]), dq_n.eq(q_after - 1), dcur.eq(new_q[0])]
+            m.d.sync += [dq[0].eq(new_q[1]), dcur.eq(new_q[0])]
+            m.d.comb += dq_n_n.eq(q_after - 1)
         with m.Else():
-            m.d.sync += [dq[0].eq(new_q[0]), dq[1].eq(new_q[1]), dq_n.eq(q_after)]
+            m.d.sync += [dq[0].eq(new_q[0]), dq[1].eq(new_q[1])]
 
         with m.If(start_gu):
             m.d.sync += [gu.eq(nxt), gu.slot.eq(wslot), gu.dbase.eq(nxt.base + gu_blocks), wslot.eq(~wslot),
-                         nxt_full.eq(0), hready.bit_select(wslot, 1).eq(0),
                          kind.eq(GU), ob.eq(0), mat.eq(0), ib.eq(0), left.eq(gu_blocks - 1),
-                         end.eq(gu_blocks == 1), decide.eq(gu_blocks == 1), push.eq(gu_blocks == 1),
                          waddr.eq(nxt.base)]
+            m.d.comb += [nxt_full_n.eq(0), hready_n.bit_select(wslot, 1).eq(0),
+                         end_n.eq(gu_blocks == 1), decide_n.eq(gu_blocks == 1), push_n.eq(gu_blocks == 1)]
         with m.Elif(start_d):
-            m.d.sync += [kind.eq(DN), ob.eq(0), ib.eq(0), left.eq(d_blocks - 1), end.eq(d_blocks == 1),
-                         decide.eq(d_blocks == 1), push.eq(0), waddr.eq(new_q[0].dbase)]
+            m.d.sync += [kind.eq(DN), ob.eq(0), ib.eq(0), left.eq(d_blocks - 1), waddr.eq(new_q[0].dbase)]
+            m.d.comb += [end_n.eq(d_blocks == 1), decide_n.eq(d_blocks == 1), push_n.eq(0)]
         with m.Elif(end):
-            m.d.sync += [kind.eq(NONE), end.eq(0), decide.eq(1), push.eq(0)]
+            m.d.sync += kind.eq(NONE)
+            m.d.comb += [end_n.eq(0), decide_n.eq(1), push_n.eq(0)]
+        # The next cycle's q_after and new_q[0].slot, from the next values of dq_n, push, gu.slot
+        # and dq[0].slot.
+        q_after_n = Signal(range(3))
+        m.d.comb += q_after_n.eq(dq_n_n + push_n)
+        oldest_slot_n = Mux(push_n & (dq_n_n == 0), Mux(start_gu, wslot, gu.slot),
+                            Mux(start_d, new_q[1].slot, new_q[0].slot))
+        start_gu_n, start_d_n = starts(decide_n, q_after_n, nxt_full_n, hready_n.bit_select(oldest_slot_n, 1))
+        m.d.sync += [start_gu.eq(start_gu_n), start_d.eq(start_d_n)]
         m.d.comb += self.busy.eq((kind != NONE) | (dq_n != 0) | nxt_full)
 
         # --- operands: the activation block of this issue, delayed to meet the weights ----------
         hbuf = [Signal(data.ArrayLayout(signed(8), F), name=f"h_{s}", reset_less=True) for s in range(2)]
-        # In three registered stages: the selection (ib, which x register or h buffer) registered on
-        # its own, a copy per source, next to the multiplexers; per group of 2**ACT_GROUP_BITS blocks
-        # of a source, the block of the low bits of ib; then the group. The weights come w_latency
-        # cycles after the issue, so this costs no cycle. The registers are read one cycle after the
-        # issue: a job's x is written into the free x register from the cycle after its GU pass starts
-        # on the other one (visible one more cycle later), and an h buffer is rewritten only by the GU
-        # pass after next, long after the D pass that reads it.
+        # In three registered stages: per group of 2**ACT_GROUP_BITS blocks of a source, a one-hot
+        # selection registered on its own (act_hit_*: which block of which x register or h buffer,
+        # none when this issue reads another group or source), so that each select bit drives one
+        # LUT per bit of its group; the selected block, or 0 (act_pre_*); the OR of the groups. The
+        # weights come w_latency cycles after the issue, so this costs no cycle. Only the beats of a
+        # pass reach the unit's sums (MvUnit adds valid beats only), so what act holds between passes
+        # does not matter. The registers are read one cycle after the issue: a job's x is written
+        # into the free x register from the cycle after its GU pass starts on the other one (visible
+        # one more cycle later), and an h buffer is rewritten only by the GU pass after next, long
+        # after the D pass that reads it.
         lo_bits = min(ACT_GROUP_BITS, ib_bits)
         act_block = data.ArrayLayout(signed(8), I)
-        groups = []
-        sel_gu = Signal(lo_bits + 1)
-        sel_d = Signal(lo_bits + 1)
-        group_next = Signal(range(-(-L["gu_ib"] // (1 << lo_bits)) + -(-L["d_ib"] // (1 << lo_bits))))
-        n_gu_groups = -(-L["gu_ib"] // (1 << lo_bits))
-        m.d.sync += [sel_gu.eq(Cat(ib[:lo_bits], gu.xe)), sel_d.eq(Cat(ib[:lo_bits], dcur.slot)),
-                     group_next.eq(Mux(kind == GU, ib[lo_bits:], n_gu_groups + ib[lo_bits:]))]
-        for src, n_blocks, sel, regs in ((GU, L["gu_ib"], sel_gu, xregs), (DN, L["d_ib"], sel_d, hbuf)):
+        act_or = Const(0, act_block.size)
+        for src, n_blocks, which, regs in ((GU, L["gu_ib"], gu.xe, xregs), (DN, L["d_ib"], dcur.slot, hbuf)):
+            name = "gu" if src == GU else "d"
             for g in range(-(-n_blocks // (1 << lo_bits))):
-                pre = Signal(act_block, name=f"act_pre_{'gu' if src == GU else 'd'}{g}", reset_less=True)
-                with m.Switch(sel):
-                    for e in range(2):
-                        for j in range(1 << lo_bits):
-                            b = (g << lo_bits) + j
-                            if b < n_blocks:
-                                with m.Case(j | (e << lo_bits)):
-                                    m.d.sync += pre.eq(regs[e].as_value()[b * I * 8:(b + 1) * I * 8])
-                groups.append(pre)
-        group = Signal.like(group_next)
-        m.d.sync += group.eq(group_next)
+                blocks = [(e, b) for e in range(2)
+                          for b in range(g << lo_bits, min(n_blocks, (g + 1) << lo_bits))]
+                hit = Signal(len(blocks), name=f"act_hit_{name}{g}")
+                m.d.sync += hit.eq(Cat((kind == src) & (which == e) & (ib == b) for e, b in blocks))
+                pre = Signal(act_block, name=f"act_pre_{name}{g}", reset_less=True)
+                sel = Const(0, act_block.size)
+                for k, (e, b) in enumerate(blocks):
+                    sel = sel | (regs[e].as_value()[b * I * 8:(b + 1) * I * 8] & hit[k].replicate(I * 8))
+                m.d.sync += pre.eq(sel)
+                act_or = act_or | pre.as_value()
         act = Signal(act_block, reset_less=True)
-        m.d.sync += act.eq(Array(groups)[group])
+        m.d.sync += act.eq(act_or)
         # The pass descriptor rides along: at a run's last beat it says where the sums go.
         desc_layout = data.StructLayout({"valid": 1, "first": 1, "last": 1, "kind": 2, "mat": 1,
                                          "ob": ob_bits, "layer": layer_bits, "chunk": chunk_bits,
@@ -348,17 +414,29 @@ class MvCore(wiring.Component):
         m.submodules.mv = mv = MvUnit(I, O, mv_acc_bits(cfg))
         m.d.comb += [mv.i.valid.eq(desc.valid), mv.i.p.x.eq(act), mv.i.p.w.eq(self.w_data),
                      mv.i.p.first.eq(desc.first), mv.i.p.last.eq(desc.last)]
+        stages = [desc]
         for s in range(mv.latency):
             d2 = Signal.like(desc, name=f"desc_m{s}")
             m.d.sync += d2.eq(desc)
-            desc, desc_prev = d2, desc
+            desc = d2
+            stages.append(desc)
+        assert len(stages) >= 4, "MvUnit's latency is at least 3"
+        desc_prev, desc_ppp = stages[-2], stages[-4]
         # The addresses a finished block needs (gate/up table entry, accumulator), computed a
-        # cycle ahead beside the descriptor.
+        # cycle ahead beside the descriptor; the accumulator's three cycles ahead (a_e2), then
+        # two (a_early) with its one-hot form (a_oh), for the touched bit read a cycle ahead (below).
+        n_acc = cfg.batch * L["d_ob"]
         tbase = Signal(index_bits(2 * cfg.layers * cfg.d_ff))
-        a_idx = Signal(range(cfg.batch * L["d_ob"]))
+        a_idx = Signal(range(n_acc))
+        a_early = Signal.like(a_idx)
+        a_e2 = Signal.like(a_idx)
+        a_oh = Signal(n_acc)
         m.d.sync += [tbase.eq(mul_const(mul_const(desc_prev.mat, cfg.layers) + desc_prev.layer, cfg.d_ff)
                               + mul_const(desc_prev.chunk, F) + mul_const(desc_prev.ob, O)),
-                     a_idx.eq(mul_const(desc_prev.tag, L["d_ob"]) + desc_prev.ob)]
+                     a_e2.eq(mul_const(desc_ppp.tag, L["d_ob"]) + desc_ppp.ob), a_early.eq(a_e2),
+                     a_idx.eq(a_early)]
+        for k in range(n_acc):
+            m.d.sync += a_oh[k].eq(a_e2 == k)
         out_gu = mv.o.valid & (desc.kind == GU)
         out_d = mv.o.valid & (desc.kind == DN)
 
@@ -439,26 +517,29 @@ class MvCore(wiring.Component):
                                 with m.Case(n | (b << index_bits(O))):
                                     m.d.sync += hbuf[s][b * O + n].eq(rq_h.o.p.y)
             with m.If((htag.ob == L["gu_ob"] - 1) & (htag.n == O - 1)):
-                m.d.sync += hready.bit_select(htag.slot, 1).eq(1)
+                m.d.comb += hready_n.bit_select(htag.slot, 1).eq(1)
 
         # --- D sums -> the row accumulators -------------------------------------------------------
         R = cfg.row_sum_bits
-        n_acc = cfg.batch * L["d_ob"]
         m.submodules.acc = acc = memory.Memory(shape=data.ArrayLayout(signed(R), O), depth=n_acc, init=[])
         aw = acc.write_port()
         ar = acc.read_port(domain="comb")
         ao = acc.read_port(domain="comb")       # distributed RAM: both reads asynchronous, registered here
         touched = Signal(n_acc)
         m.d.comb += ar.addr.eq(a_idx)
-        r_v, r_last, r_touched = Signal(), Signal(), Signal()
+        r_v, r_last, r_touched, t_pre = Signal(), Signal(), Signal(), Signal()
         r_idx = Signal(range(n_acc))
         r_old = Signal.like(ar.data, reset_less=True)
         r_sum = Signal(data.ArrayLayout(signed(mv.acc_bits), O), reset_less=True)
         r_tag = Signal(max(1, tb))
         r_layer = Signal(layer_bits)
         m.d.sync += [r_v.eq(out_d), r_last.eq(desc.ob == L["d_ob"] - 1), r_idx.eq(a_idx),
-                     r_touched.eq(touched.bit_select(a_idx, 1)), r_old.eq(ar.data), r_sum.eq(mv.o.p),
+                     r_touched.eq(t_pre), r_old.eq(ar.data), r_sum.eq(mv.o.p),
                      r_tag.eq(desc.tag), r_layer.eq(desc.layer)]
+        # t_pre = touched[a_idx] of the next cycle, read a cycle ahead through the one-hot a_oh
+        # (a_idx of the next cycle): the bit as the updates below leave it, cleared by group_start,
+        # set by this cycle's r_v at r_idx.
+        m.d.sync += t_pre.eq(~self.group_start & ((touched & a_oh).any() | (r_v & (r_idx == a_early))))
         # The new sums are registered before the write (ACC_WRITE_DISTANCE).
         w_v = Signal()
         w_idx = Signal.like(r_idx)
@@ -476,5 +557,10 @@ class MvCore(wiring.Component):
         acc_q = Signal.like(ao.data, reset_less=True)
         m.d.sync += acc_q.eq(ao.data)
         m.d.comb += [ao.addr.eq(self.acc_addr), self.acc_data.eq(acc_q)]
-        m.d.sync += self.acc_touched.eq(touched.bit_select(self.acc_addr, 1))
+        # On the ECP5 the touched bit of acc_addr is read by PLC-sized multiplexers (acc_addr arrives
+        # late: it also addresses every distributed RAM cell of the accumulators).
+        if is_ecp5(platform):
+            m.d.sync += self.acc_touched.eq(bit_select_primitive(m, "acc_touched_sel", touched, self.acc_addr))
+        else:
+            m.d.sync += self.acc_touched.eq(touched.bit_select(self.acc_addr, 1))
         return m
