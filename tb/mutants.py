@@ -180,6 +180,10 @@ MUTANTS = [
     _m("tas-group-chain-address-unguarded", "TAS: an engine's chain-counter address follows beats "
        "that were not taken", "hw/accel/tas_group.py", "with m.If(valid_pre & (row_pre == b)):",
        "with m.If(row_pre == b):", "tests/test_tas_group.py"),
+    _m("mv-core-start-late", "MLP core: a job arriving at an idle core starts a cycle late (the "
+       "next start decided on the held-job flag's old value)", "hw/accel/mv_core.py",
+       "starts(decide_n, q_after_n, nxt_full_n,", "starts(decide_n, q_after_n, nxt_full,",
+       "tests/test_cycles.py"),
     _m("tas-group-refresh-period", "TAS: the refresh phase wraps one frame late",
        "hw/accel/tas_group.py", "Mux(phase >= every_m1, 0, phase + 1)", "Mux(phase > every_m1, 0, phase + 1)",
        "tests/test_tas_group.py"),

@@ -125,7 +125,7 @@ def test_reset_mid_frame(trace_dir, request):
           f"(groups finished before: {[r['groups_before'] for r in rep['resets']]}); bit-exact after each")
 
 
-def check_cycle_model(cfg: AccelConfig, trace_dir, rep: dict, mode: str, tolerance: float = 0.02) -> str:
+def check_cycle_model(cfg: AccelConfig, trace_dir, rep: dict, mode: str, tolerance: float = 0.0) -> str:
     """The cycle model (sw/perf/cycles.py, docs/architecture.md) against the RTL, group by group;
     AssertionError naming the worst group when it is off by more than ``tolerance``."""
     tr = load_decode_trace(trace_dir)
@@ -144,7 +144,7 @@ def check_cycle_model(cfg: AccelConfig, trace_dir, rep: dict, mode: str, toleran
 def test_trace_cycles(trace_dir, request, record_property):
     """No stalls, the four modes one after the other in one simulator (configured once, then only
     the control word): FastCar with DRS, with static assignment, with chunk round-robin, and dense
-    (tau = +inf, same inputs); bit-exact, and every group's cycles within 2 % of the cycle model.
+    (tau = +inf, same inputs); bit-exact, and every group's cycles equal to the cycle model's.
     The session summary reports each mode on its own and compares them (DRS must beat static and
     dense)."""
     groups = groups_option(request)
