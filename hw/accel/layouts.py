@@ -10,7 +10,8 @@ from sw.config import AccelConfig
 from sw.golden import quant
 
 __all__ = ["COUNTER_BITS", "FRAME_BITS", "THRESHOLD_BITS", "ctrl_layout", "row_in_layout", "out_user_layout",
-           "tas_row_layout", "job_layout", "job_meta_layout", "row_out_layout", "h_params_layout", "lut_load_layout",
+           "tas_row_layout", "job_layout", "job_meta_layout", "row_out_layout", "h_params_layout",
+           "lut_load_layout",
            "lut_address"]
 
 COUNTER_BITS = 40

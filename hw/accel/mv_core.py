@@ -101,9 +101,11 @@ def bit_select_primitive(m, name, bits, sel):
             # s[1]; levels 2 and 3: L6MUX21 (Z = SD ? D1 : D0) on s[2] and s[3].
             level = [cell("LUT4", A=d[i], B=d[i + 1], C=s[0], D=Const(0)) for i in range(0, len(d), 2)]
             if k > 1:
-                level = [cell("PFUMX", ALUT=level[i + 1], BLUT=level[i], C0=s[1]) for i in range(0, len(level), 2)]
+                level = [cell("PFUMX", ALUT=level[i + 1], BLUT=level[i], C0=s[1])
+                         for i in range(0, len(level), 2)]
             for j in range(2, k):
-                level = [cell("L6MUX21", D0=level[i], D1=level[i + 1], SD=s[j]) for i in range(0, len(level), 2)]
+                level = [cell("L6MUX21", D0=level[i], D1=level[i + 1], SD=s[j])
+                         for i in range(0, len(level), 2)]
             nxt.append(level[0])
         cur = nxt
         lo += k
@@ -560,7 +562,8 @@ class MvCore(wiring.Component):
         # On the ECP5 the touched bit of acc_addr is read by PLC-sized multiplexers (acc_addr arrives
         # late: it also addresses every distributed RAM cell of the accumulators).
         if is_ecp5(platform):
-            m.d.sync += self.acc_touched.eq(bit_select_primitive(m, "acc_touched_sel", touched, self.acc_addr))
+            m.d.sync += self.acc_touched.eq(
+                bit_select_primitive(m, "acc_touched_sel", touched, self.acc_addr))
         else:
             m.d.sync += self.acc_touched.eq(touched.bit_select(self.acc_addr, 1))
         return m

@@ -36,8 +36,9 @@ class ReplayCache(wiring.Component):
     a read of an entry written by an earlier request sees the written value.
 
     The entries are block RAMs read through their output registers (:class:`hw.lib.bram.Bram`,
-    as wide as their depth allows, side by side): the read stage and the output register form a two-stage pipeline
-    that advances while ``o`` is empty or taken (one enable, ``i.ready``), one request per cycle.
+    as wide as their depth allows, side by side): the read stage and the output register form a
+    two-stage pipeline that advances while ``o`` is empty or taken (one enable, ``i.ready``), one
+    request per cycle.
     A write does not read (the block RAM's ports must not collide on one address).
 
     Parameters
@@ -88,7 +89,8 @@ class ReplayCache(wiring.Component):
             w = min(self._bank_width, bits - lo)
             bank = m.submodules[f"bank_{n}"] = Bram(w, max(2, self.depth))
             m.d.comb += [
-                bank.w_en.eq(self.i.valid & en & p.write), bank.w_addr.eq(addr), bank.w_data.eq(y_in[lo:lo + w]),
+                bank.w_en.eq(self.i.valid & en & p.write),
+                bank.w_addr.eq(addr), bank.w_data.eq(y_in[lo:lo + w]),
                 bank.r_en.eq(en & ~(self.i.valid & p.write)), bank.r_ce_out.eq(en), bank.r_addr.eq(addr),
                 y_out[lo:lo + w].eq(bank.r_data),
             ]

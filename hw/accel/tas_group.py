@@ -98,9 +98,9 @@ class TasGroup(wiring.Component):
 
     **Output.** Each engine's decision and TAS are registered beside it, a cycle after the
     decision; then the row's are selected. Decisions leave in the order the rows arrived (all
-    engines have the same latency) through an output register and a queue. The input takes a row only while the queue has room for
-    every row in flight (a credit count), so the pipeline never stalls and ``o.ready`` drives only
-    the output register, the queue and the count.
+    engines have the same latency) through an output register and a queue. The input takes a row
+    only while the queue has room for every row in flight (a credit count), so the pipeline never
+    stalls and ``o.ready`` drives only the output register, the queue and the count.
 
     Parameters
     ----------
