@@ -201,6 +201,8 @@ def test_signal_names():
     assert pt.signal_name("h.tas.chain_1.0.1$RAMW_SLICE") == "h.tas.chain_1.0.1"
     assert pt.signal_name("$nextpnr_CCU2C_186$CCU2_COMB1") == "$nextpnr_CCU2C"
     assert pt.signal_name("h.store.ram_l0_b0.ebr") == "h.store.ram_l0_b0.ebr"
+    assert pt.signal_name("core.$signal_TRELLIS_FF_Q_LSR_LUT4_Z") == "core.$signal"
+    assert pt.signal_name("core.tas.$signal$2682_TRELLIS_FF_Q_DI$CCU2_COMB1") == "core.tas.$signal$2682"
 
 
 def test_longest_path_from_placement(files):
@@ -224,9 +226,12 @@ def test_longest_path_from_placement(files):
     assert report["paths"][1]["budget_ns"] == pytest.approx(CARRY_PS / 1000)
     assert report["paths"][1]["to"] == "d.q"
     assert report["paths"][2]["budget_ns"] == pytest.approx((525 + 480) / 1000)
+    assert [p["to"] for p in pt.build_report(an, top=2, distinct=True)["paths"]] == ["b.q", "d.q"]
     # Failing endpoints, grouped by signal.
     assert report["failing"]["4"]["endpoints"] == 1
     assert report["failing"]["4"]["by_signal"][0]["signal"] == "b.q"
+    assert report["failing"]["4"]["by_signal"][0]["pins"] == {"DI": 1}
+    assert report["failing"]["4"]["by_signal"][0]["starts"] == {"a.q": 1}
     assert report["failing"]["2"]["endpoints"] == 2
     assert {g["signal"] for g in report["failing"]["2"]["by_signal"]} == {"b.q", "d.q"}
     assert report["crosscheck"] == {"sdf_equals_estimate": 7, "arcs": 12}   # the free arcs: 0 in both
