@@ -181,7 +181,7 @@ MUTANTS = [
        "hw/accel/row_out.py", "Mux(self.acc_touched[p], self.acc_data[p][n], 0)", "self.acc_data[p][n]",
        "tests/test_row_out.py::test_row_out_latency_and_sums"),
     _m("tas-group-chain-no-reset", "TAS: a computed row does not reset its chain counter",
-       "hw/accel/tas_group.py", "wr.data.eq(Mux(replay_b, cnt_inc, 0))", "wr.data.eq(cnt_inc)",
+       "hw/accel/tas_group.py", "wr.data.eq(Mux(rep_w, inc_r, 0))", "wr.data.eq(inc_r)",
        "tests/test_tas_group.py"),
     _m("tas-group-chain-address-unguarded", "TAS: an engine's chain-counter address follows beats "
        "that were not taken", "hw/accel/tas_group.py", "with m.If(valid_pre & (row_pre == b)):",
@@ -194,7 +194,7 @@ MUTANTS = [
        "hw/accel/tas_group.py", "Mux(phase >= every_m1, 0, phase + 1)", "Mux(phase > every_m1, 0, phase + 1)",
        "tests/test_tas_group.py"),
     _m("tas-group-tas-of-row-0", "TAS: every row reports row 0's score",
-       "hw/accel/tas_group.py", "tas.eq(Array(tas_r)[row_o])", "tas.eq(tas_r[0])",
+       "hw/accel/tas_group.py", "tas.eq(Array(tas_t)[row_o])", "tas.eq(tas_t[0])",
        "tests/test_tas_group.py"),
     _m("tas-group-frame0-replays", "TAS: frame 0 may replay (the frame != 0 rule dropped)",
        "hw/accel/tas_group.py", "fz2.eq(row_in.frame == 0)", "fz2.eq(0)",

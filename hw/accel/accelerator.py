@@ -206,7 +206,11 @@ class Accelerator(wiring.Component):
         for p in range(P):
             xr = xbuf.read_port(domain="comb")
             m.d.comb += [xr.addr.eq(mlp.x_addr[p]), mlp.x_data[p].eq(xr.data)]
-        m.d.comb += mlp.group_start.eq(took & ~in_group)
+        # The cores clear their state for a new group a cycle after its first row is taken (its
+        # first job reaches them a TAS latency later), from a register.
+        group_start = Signal()
+        m.d.sync += group_start.eq(took & ~in_group)
+        m.d.comb += mlp.group_start.eq(group_start)
         with m.If(took):
             m.d.sync += [rows_in.eq(rows_in + 1), last_seen.eq(self.x.p.last), in_group.eq(1)]
             with m.If(~in_group):
@@ -257,20 +261,28 @@ class Accelerator(wiring.Component):
         gave = self.y.valid & self.y.ready
 
         # --- counters ---------------------------------------------------------------------------
+        # They count registered events (a cycle late), so that no handshake between blocks drives
+        # their enables. A group's cycles run from its first row's beat to its last output beat,
+        # both counted: ``elapsed`` counts the cycles in between (``in_group``), and is read and
+        # cleared the cycle after the last beat (``done_r``), when it has counted that beat too.
         elapsed = Signal(COUNTER_BITS)
-        with m.If(in_group | took):
+        done_r = Signal()
+        m.d.sync += done_r.eq(gave & out_last)
+        with m.If(done_r):
+            m.d.sync += [self.group_cycles.eq(elapsed + 1), self.total_cycles.eq(self.total_cycles + elapsed + 1),
+                         self.groups.eq(self.groups + 1), elapsed.eq(0)]
+        with m.Elif(in_group):
             m.d.sync += elapsed.eq(elapsed + 1)
         with m.If(gave):
             m.d.sync += rows_out.eq(rows_out + 1)
             with m.If(out_last):
-                m.d.sync += [
-                    self.group_cycles.eq(elapsed + 1), self.total_cycles.eq(self.total_cycles + elapsed + 1),
-                    self.groups.eq(self.groups + 1),
-                    elapsed.eq(0), in_group.eq(0), rows_in.eq(0), rows_out.eq(0), last_seen.eq(0),
-                ]
-        with m.If(tas_out.o.valid & tas_out.o.ready):
-            m.d.sync += Array(tas_of)[dec.row].eq(dec.tas)
-            with m.If(dec.replay):
+                m.d.sync += [in_group.eq(0), rows_in.eq(0), rows_out.eq(0), last_seen.eq(0)]
+        dec_r = Signal.like(dec)
+        dec_go = Signal()
+        m.d.sync += [dec_r.eq(dec), dec_go.eq(tas_out.o.valid & tas_out.o.ready)]
+        with m.If(dec_go):
+            m.d.sync += Array(tas_of)[dec_r.row].eq(dec_r.tas)
+            with m.If(dec_r.replay):
                 m.d.sync += self.rows_replayed.eq(self.rows_replayed + 1)
             with m.Else():
                 m.d.sync += self.rows_computed.eq(self.rows_computed + 1)

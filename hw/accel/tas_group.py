@@ -92,12 +92,12 @@ class TasGroup(wiring.Component):
 
     **Chain counters.** Engine ``b`` owns the counters of row ``b``: a memory of
     ``layers * tokens_per_frame`` words (distributed RAM, read into a register), read two cycles
-    before the decision and written in the decision cycle. An engine takes a new row
-    ``max(dim / lanes, 3)`` cycles after the previous one, so a read never misses the previous
+    before the decision and written the cycle after it. An engine takes a new row
+    ``max(dim / lanes, 4)`` cycles after the previous one, so a read never misses the previous
     write of its own row.
 
     **Output.** Each engine's decision and TAS are registered beside it, a cycle after the
-    decision; then the row's are selected. Decisions leave in the order the rows arrived (all
+    decision, and once more on their way to the output; then the row's are selected. Decisions leave in the order the rows arrived (all
     engines have the same latency) through an output register and a queue. The input takes a row
     only while the queue has room for every row in flight (a credit count), so the pipeline never
     stalls and ``o.ready`` drives only the output register, the queue and the count.
@@ -137,7 +137,7 @@ class TasGroup(wiring.Component):
     latency : int
         Cycles from a row's beat on ``i`` (the cycle with ``valid`` and ``ready`` high) to the
         cycle its decision is on ``o`` (with ``o.ready`` high and nothing queued):
-        ``steps + tree_stages + 4``.
+        ``steps + tree_stages + 5``.
     steps : int
         ``dim // lanes``.
     occupancy : int
@@ -177,7 +177,7 @@ class TasGroup(wiring.Component):
             "o": Out(stream.Signature(group_decision_layout(batch))),
             "refresh_en": In(1), "refresh_every": In(frame_bits),
             "max_chain_en": In(1), "max_chain": In(chain_bits),
-            "queue_level": Out(range(self._decide + 3)),
+            "queue_level": Out(range(self._decide + 4)),
         })
 
     @property
@@ -186,7 +186,7 @@ class TasGroup(wiring.Component):
 
     @property
     def occupancy(self) -> int:
-        return max(self.steps, 3)
+        return max(self.steps, 4)
 
     @property
     def tree_stages(self) -> int:
@@ -195,7 +195,7 @@ class TasGroup(wiring.Component):
 
     @property
     def latency(self) -> int:
-        return self._decide + 2
+        return self._decide + 3
 
     @property
     def _decide(self):
@@ -311,7 +311,7 @@ class TasGroup(wiring.Component):
         # ---- engines ------------------------------------------------------------------------
         accs, diffs = [], []
         for b in range(B):
-            acc, diff = self._engine(m, b, taps, take_b[b], in_take[b], neg_thr_acc, use_prim, sb)
+            acc, diff = self._engine(m, b, taps, in_take[b], neg_thr_acc, use_prim, sb)
             accs.append(acc)
             diffs.append(diff)
 
@@ -331,8 +331,8 @@ class TasGroup(wiring.Component):
             # The engine's own copy of the address (stage D - 2), loaded only when its row passes
             # (a valid one: the stages also carry the fields of beats not taken),
             # so that each memory's address comes from a register beside it: read in stage D - 2
-            # (used only for its own rows) and written in stage D, before its next row (at least
-            # 3 cycles later) can change it.
+            # (used only for its own rows) and written in stage D + 1, before its next row (at
+            # least 4 cycles later) can change it.
             addr_b = Signal.like(addr_pre, name=f"chain_addr_{b}", reset_less=True)
             with m.If(valid_pre & (row_pre == b)):
                 m.d.sync += addr_b.eq(addr_pre)
@@ -344,7 +344,7 @@ class TasGroup(wiring.Component):
         # ---- decision (stage D) -------------------------------------------------------------
         # Each engine decides for its own row from registers beside it: its comparison, its
         # counter read (+1 and the max-chain test, registered in stage D) and the refresh phase;
-        # it writes its own counter with that decision, under an enable registered a stage ahead.
+        # it writes its own counter with that decision a cycle later, from registers.
         # The decision of row ``row_d`` is then a select of the engines' (no select on the write
         # path).
         rf_d = Signal(reset_less=True)
@@ -362,19 +362,31 @@ class TasGroup(wiring.Component):
             m.d.comb += replay_b.eq(fnz_d & ~diffs[b][-1] & ~rf_d & ~stop)
             replays.append(replay_b)
             wr = write_ports[b]
-            m.d.comb += [wr.addr.eq(addr_bs[b]), wr.data.eq(Mux(replay_b, cnt_inc, 0)), wr.en.eq(wen)]
+            # The write, a stage later (D + 1), from registers only: the chain memory need not sit
+            # beside the engine's accumulator.
+            inc_r = Signal.like(cnt_inc, name=f"chain_inc_r_{b}", reset_less=True)
+            wen_r = Signal(name=f"chain_wen_r_{b}")
+            rep_w = Signal(name=f"chain_rep_{b}", reset_less=True)
+            m.d.sync += [inc_r.eq(cnt_inc), wen_r.eq(wen), rep_w.eq(replay_b)]
+            m.d.comb += [wr.addr.eq(addr_bs[b]), wr.data.eq(Mux(rep_w, inc_r, 0)), wr.en.eq(wen_r)]
         # Stage D + 1: each engine's decision and TAS registered beside it, then the select of row
         # ``row_d``'s (the engines are far apart; one route and a multiplexer to the output).
         tas_r = [Signal(signed(sb), name=f"tas_r_{b}", reset_less=True) for b in range(B)]
         replay_r = [Signal(name=f"replay_r_{b}", reset_less=True) for b in range(B)]
         for b in range(B):
             m.d.sync += [tas_r[b].eq(accs[b]), replay_r[b].eq(replays[b])]
-        row_o = Signal.like(row_d, name="row_o", reset_less=True)
-        valid_o = Signal(name="valid_o")
-        m.d.sync += [row_o.eq(row_d), valid_o.eq(valid_d)]
+        # Stage D + 2: a second copy of each, free for the placer to put between its engine and
+        # the output (the engines are spread over the group; one route alone took 7 ns).
+        tas_t = [Signal(signed(sb), name=f"tas_t_{b}", reset_less=True) for b in range(B)]
+        replay_t = [Signal(name=f"replay_t_{b}", reset_less=True) for b in range(B)]
+        for b in range(B):
+            m.d.sync += [tas_t[b].eq(tas_r[b]), replay_t[b].eq(replay_r[b])]
+        row_o = delay(row_d, D, D + 2, "row_o")
+        valid_t, valid_o = Signal(name="valid_t"), Signal(name="valid_o")
+        m.d.sync += [valid_t.eq(valid_d), valid_o.eq(valid_t)]
         tas = Signal(signed(sb))
         replay = Signal()
-        m.d.comb += [tas.eq(Array(tas_r)[row_o]), replay.eq(Array(replay_r)[row_o])]
+        m.d.comb += [tas.eq(Array(tas_t)[row_o]), replay.eq(Array(replay_t)[row_o])]
 
         dec = Signal(data.StructLayout({"row": len(row_o), "tas": signed(sb), "replay": 1}))
         m.d.comb += [dec.row.eq(row_o), dec.tas.eq(tas), dec.replay.eq(replay)]
@@ -409,14 +421,15 @@ class TasGroup(wiring.Component):
         return m
 
     # ------------------------------------------------------------------------------------------
-    def _engine(self, m, b, taps, take, in_take, neg_thr_acc, use_prim, sb):
+    def _engine(self, m, b, taps, in_take, neg_thr_acc, use_prim, sb):
         """Engine ``b``: operand select, partial products, adder tree, accumulators."""
         P, S = self._lanes, self.steps
-        # Step counter: s in the cycle tap s holds this engine's chunk s (0 from the beat on, so
-        # that the operand select is the counter alone).
+        # Step: s in the cycle tap s holds this engine's chunk s. It is 0 in stage 1, the cycle
+        # ``in_take`` (the engine's take, registered) is high, so nothing here waits on the input
+        # handshake: the counter holds s - 1 from then on and the select is 0 while ``in_take``.
         step = Signal(range(max(S, 2)), name=f"e{b}_step")
-        with m.If(take):
-            m.d.sync += step.eq(0)
+        with m.If(in_take):
+            m.d.sync += step.eq(min(1, S - 1))
         with m.Elif(step != S - 1):
             m.d.sync += step.eq(step + 1)
         # The select fans out to every operand bit: copies of the counter, each driving a few
@@ -426,11 +439,11 @@ class TasGroup(wiring.Component):
         sels = []
         for g in range(copies):
             c = Signal(w, name=f"e{b}_step_{g}", init=g)
-            with m.If(take):
-                m.d.sync += c.eq(g)
+            with m.If(in_take):
+                m.d.sync += c.eq(min(1, S - 1) ^ g)
             with m.Elif(step != S - 1):
                 m.d.sync += c.eq((step + 1)[:w] ^ g)
-            sels.append(c ^ g)
+            sels.append(Mux(in_take, 0, c ^ g))
         op = Signal(2 * 8 * P, name=f"e{b}_op", reset_less=True)
         for ln in range(P):
             sel = sels[ln * copies // P]

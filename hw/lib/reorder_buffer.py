@@ -13,7 +13,9 @@ class ReorderBuffer(wiring.Component):
     """Holds up to ``depth`` results tagged with their sequence number modulo ``depth`` and emits
     them in sequence order, whatever order the cores finished in.
 
-    A result is accepted when its slot is free; the producer must keep at most ``depth`` results in
+    A result is accepted when its slot is free. A free slot loads the input in every cycle and
+    holds once its result is taken, so that no slot's clock enable depends on the handshake (the
+    results are hundreds of bits wide). The producer must keep at most ``depth`` results in
     flight beyond ``head`` (the sequence number, modulo ``depth``, of the next result to leave), which
     the DRS dispatcher does with a credit count.
 
@@ -48,7 +50,7 @@ class ReorderBuffer(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         D = self._depth
-        slots = Array(Signal(self._shape, name=f"slot_{n}") for n in range(D))
+        slots = Array(Signal(self._shape, name=f"slot_{n}", reset_less=True) for n in range(D))
         full = Signal(D)
         m.d.comb += self.occupied.eq(full)
         m.d.comb += [
@@ -58,8 +60,12 @@ class ReorderBuffer(wiring.Component):
         ]
         set_mask = Signal(D)
         clr_mask = Signal(D)
+        # A free slot loads ``i.p.data`` in every cycle and holds from the cycle its result is
+        # taken: its clock enable is its own ``~full`` flip-flop, not the handshake.
+        for n in range(D):
+            with m.If(~full[n]):
+                m.d.sync += slots[n].eq(self.i.p.data)
         with m.If(self.i.valid & self.i.ready):
-            m.d.sync += slots[self.i.p.tag].eq(self.i.p.data)
             m.d.comb += set_mask.eq(1 << self.i.p.tag)
         with m.If(self.o.valid & self.o.ready):
             m.d.sync += self.head.eq(self.head + 1)
