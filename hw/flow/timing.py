@@ -204,18 +204,40 @@ def run_chip(*, mhz=CHIP_MHZ, cfg=None, build_dir=DEFAULT_BUILD_DIR, board_file=
     out = Path(build_dir) / "chip"
     out.mkdir(parents=True, exist_ok=True)
     opts = BUILD_OVERRIDES["nextpnr_opts"].replace("--placer static", f"--placer {placer}")
-    overrides = {**BUILD_OVERRIDES, "nextpnr_opts": f"{opts} --no-route"}
+    # The placed netlist and its SDF (paths relative to the build directory: nextpnr runs in a
+    # WASI sandbox there) give the critical paths of the placement (hw.flow.placed_timing).
+    overrides = {**BUILD_OVERRIDES,
+                 "nextpnr_opts": f"{opts} --no-route --write placed.json --sdf placed.sdf"}
     parsed, seconds, log_path = build_and_parse(platform, top, "top", out, overrides=overrides)
     for suffix in ("bit", "svf", "config"):
         (out / f"top.{suffix}").unlink(missing_ok=True)
+    paths = placed_paths(out / "placed.json", out / "placed.sdf", period_ns=1e3 / pll.fout_mhz)
     return {
         "block": "chip", "placed_only": True, "placer": placer, "accel": design.to_dict(),
         "clock": parsed["clock"], "fmax_estimate_mhz": parsed["fmax_mhz"], "clocks": parsed["clocks"],
         "target_mhz": pll.fout_mhz, "met_estimate": parsed.get("timing_met"),
         "dsp": parsed["dsp_used"], "ebr": parsed["ebr_used"], "lut4": parsed["lut4"], "ff": parsed["ff"],
         "comb": parsed["comb"], "comb_total": parsed["comb_total"],
-        "seconds": round(seconds, 1), "log": str(log_path),
+        "seconds": round(seconds, 1), "log": str(log_path), **paths,
     }
+
+
+def placed_paths(placed, sdf, *, period_ns, top=8):
+    """The worst paths of a placed design (one per end signal) and its failing endpoints grouped
+    by signal at ``period_ns`` and at 10 ns, from :mod:`hw.flow.placed_timing`; the full report is
+    written beside the netlist as ``paths.json`` and ``paths.txt``."""
+    from hw.flow import placed_timing as pt
+
+    an = pt.analyse(pt.read_sdf(sdf), pt.read_placement(placed))
+    periods = sorted({round(period_ns, 3), 10.0})
+    report = pt.build_report(an, top=top, periods=periods, distinct=True)
+    out = Path(placed).parent
+    pt.write_json(report, out / "paths.json", force=True)
+    (out / "paths.txt").write_text(pt.format_report(report, limit=40) + "\n")
+    worst = [{"from": p["from"], "to": p["to"], "ns": p["delay_ns"], "logic_ns": p["logic_ns"],
+              "routing_ns": p["routing_ns"]} for p in report["paths"]]
+    return {"paths_estimate_mhz": {c: v["fmax_mhz"] for c, v in report["clocks"].items()},
+            "worst_paths": worst, "paths_report": str(out / "paths.txt")}
 
 
 def format_chip(row):
@@ -232,6 +254,9 @@ def format_chip(row):
         f"  MULT18X18D {row['dsp']}, DP16KD {row['ebr']}, LUT4 {row['lut4']:,}, FF {row['ff']:,}, "
         f"TRELLIS_COMB {row['comb']:,} / {row['comb_total']:,}",
         f"  yosys + nextpnr placement + ecppack: {row['seconds'] / 60:.1f} min; log {row['log']}",
+        *(["  worst placed paths (one per end signal; all paths and the failing endpoints by signal in "
+           f"{row['paths_report']}):"] if row.get("worst_paths") else []),
+        *(f"    {p['ns']:.2f} ns  {p['from']} -> {p['to']}" for p in row.get("worst_paths", [])),
     ])
 
 

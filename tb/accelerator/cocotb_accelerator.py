@@ -504,7 +504,9 @@ async def run_mode(dut, tr, cfg, groups, mode, seed, stall, log, *, reset=True, 
         if n in taken:
             quiet[0] += get_sim_time("ns") - taken[n][0]
             quiet[1] += time.process_time() - taken[n][1]
-        # The group's counters change at the edge that took the tlast beat; read them after it.
+        # The group's counters count registered events: they change at the edge after the one
+        # that took the tlast beat; read them after it.
+        await RisingEdge(dut.clk)
         await ReadOnly()
         done = int(dut.groups.value) - first_group
         assert done == n + 1, f"{mode}: group counter at {done} after output frame {n + 1}"
