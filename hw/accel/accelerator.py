@@ -200,9 +200,16 @@ class Accelerator(wiring.Component):
         took = self.x.valid & self.x.ready
         # The row buffer: each core reads its job's x at the job's tag (asynchronously), so no row
         # register is enabled by the TAS-dispatcher handshake.
+        # It is written a cycle after the beat, from registers (the row's x, loaded in every cycle,
+        # and the take), so that the handshake does not drive its write enables; a core reads a
+        # row's x a TAS latency after its beat at the earliest.
         m.submodules.xbuf = xbuf = memory.Memory(shape=data.ArrayLayout(signed(8), d), depth=B, init=[])
         xw = xbuf.write_port()
-        m.d.comb += [xw.en.eq(took), xw.addr.eq(r.row), xw.data.eq(r.x)]
+        x_r = Signal.like(r.x, name="x_r", reset_less=True)
+        x_row = Signal.like(r.row, name="x_row", reset_less=True)
+        x_took = Signal(name="x_took")
+        m.d.sync += [x_r.eq(r.x), x_row.eq(r.row), x_took.eq(took)]
+        m.d.comb += [xw.en.eq(x_took), xw.addr.eq(x_row), xw.data.eq(x_r)]
         for p in range(P):
             xr = xbuf.read_port(domain="comb")
             m.d.comb += [xr.addr.eq(mlp.x_addr[p]), mlp.x_data[p].eq(xr.data)]

@@ -218,12 +218,17 @@ class BoardCore(wiring.Component):
                 m.d.sync += left.eq(left - 1)
             return left != 0
 
+        # The LEDs follow registered copies of the handshakes, so that no accelerator handshake
+        # is routed across the die to them.
         configured, in_group, error = Signal(), Signal(), Signal()
-        with m.If(accel.cfg.valid & accel.cfg.ready):
+        cfg_go, x_go, y_end = Signal(), Signal(), Signal()
+        m.d.sync += [cfg_go.eq(accel.cfg.valid & accel.cfg.ready), x_go.eq(accel.x.valid & accel.x.ready),
+                     y_end.eq(accel.y.valid & accel.y.ready & accel.y.p.last)]
+        with m.If(cfg_go):
             m.d.sync += configured.eq(1)
-        with m.If(accel.x.valid & accel.x.ready):
+        with m.If(x_go):
             m.d.sync += in_group.eq(1)
-        with m.If(accel.y.valid & accel.y.ready & accel.y.p.last):
+        with m.If(y_end):
             m.d.sync += in_group.eq(0)
         with m.If(bridge.flags != 0):
             m.d.sync += error.eq(1)
