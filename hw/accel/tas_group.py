@@ -97,10 +97,12 @@ class TasGroup(wiring.Component):
     write of its own row.
 
     **Output.** Each engine's decision and TAS are registered beside it, a cycle after the
-    decision, and once more on their way to the output; then the row's are selected. Decisions leave in the order the rows arrived (all
-    engines have the same latency) through an output register and a queue. The input takes a row
-    only while the queue has room for every row in flight (a credit count), so the pipeline never
-    stalls and ``o.ready`` drives only the output register, the queue and the count.
+    decision, and once more on their way to the output; then the row's are selected and
+    registered, so that the output stage takes only registers. Decisions leave in the order the
+    rows arrived (all engines have the same latency) through an output register and a queue. The
+    input takes a row only while the queue has room for every row in flight (a credit count), so
+    the pipeline never stalls and ``o.ready`` drives only the output register, the queue and the
+    count.
 
     Parameters
     ----------
@@ -137,7 +139,7 @@ class TasGroup(wiring.Component):
     latency : int
         Cycles from a row's beat on ``i`` (the cycle with ``valid`` and ``ready`` high) to the
         cycle its decision is on ``o`` (with ``o.ready`` high and nothing queued):
-        ``steps + tree_stages + 5``.
+        ``steps + tree_stages + 6``.
     steps : int
         ``dim // lanes``.
     occupancy : int
@@ -177,7 +179,7 @@ class TasGroup(wiring.Component):
             "o": Out(stream.Signature(group_decision_layout(batch))),
             "refresh_en": In(1), "refresh_every": In(frame_bits),
             "max_chain_en": In(1), "max_chain": In(chain_bits),
-            "queue_level": Out(range(self._decide + 4)),
+            "queue_level": Out(range(self._decide + 5)),
         })
 
     @property
@@ -195,7 +197,7 @@ class TasGroup(wiring.Component):
 
     @property
     def latency(self) -> int:
-        return self._decide + 3
+        return self._decide + 4
 
     @property
     def _decide(self):
@@ -388,8 +390,12 @@ class TasGroup(wiring.Component):
         replay = Signal()
         m.d.comb += [tas.eq(Array(tas_t)[row_o]), replay.eq(Array(replay_t)[row_o])]
 
-        dec = Signal(data.StructLayout({"row": len(row_o), "tas": signed(sb), "replay": 1}))
-        m.d.comb += [dec.row.eq(row_o), dec.tas.eq(tas), dec.replay.eq(replay)]
+        # The selected decision, registered (stage D + 3): the queue, the output register and the
+        # credit count below take only registers, so they can sit together away from the engines.
+        dec_layout = data.StructLayout({"row": len(row_o), "tas": signed(sb), "replay": 1})
+        dec = Signal(dec_layout, reset_less=True)
+        valid_q = Signal(name="valid_q")
+        m.d.sync += [dec.row.eq(row_o), dec.tas.eq(tas), dec.replay.eq(replay), valid_q.eq(valid_o)]
 
         # ---- output register + queue, credits -------------------------------------------------
         m.submodules.queue = queue = fifo.SyncFIFO(width=len(dec.as_value()), depth=queue_depth)
@@ -401,11 +407,11 @@ class TasGroup(wiring.Component):
             with m.If(queue.r_rdy):
                 m.d.comb += queue.r_en.eq(1)
                 m.d.sync += [out.eq(queue.r_data), out_valid.eq(1)]
-            with m.Elif(valid_o):
+            with m.Elif(valid_q):
                 m.d.sync += [out.eq(dec), out_valid.eq(1)]
             with m.Else():
                 m.d.sync += out_valid.eq(0)
-        m.d.comb += [queue.w_data.eq(dec), queue.w_en.eq(valid_o & ~(out_free & ~queue.r_rdy))]
+        m.d.comb += [queue.w_data.eq(dec), queue.w_en.eq(valid_q & ~(out_free & ~queue.r_rdy))]
         m.d.comb += [self.o.valid.eq(out_valid), self.o.p.row.eq(out.row), self.o.p.tas.eq(out.tas),
                      self.o.p.replay.eq(out.replay)]
 
@@ -443,7 +449,10 @@ class TasGroup(wiring.Component):
                 m.d.sync += c.eq(min(1, S - 1) ^ g)
             with m.Elif(step != S - 1):
                 m.d.sync += c.eq((step + 1)[:w] ^ g)
-            sels.append(Mux(in_take, 0, c ^ g))
+            # Kept as a wire, so that synthesis cannot fold ``in_take`` into every operand bit.
+            sel = Signal(w, name=f"e{b}_sel_{g}", attrs={"keep": 1})
+            m.d.comb += sel.eq(Mux(in_take, 0, c ^ g))
+            sels.append(sel)
         op = Signal(2 * 8 * P, name=f"e{b}_op", reset_less=True)
         for ln in range(P):
             sel = sels[ln * copies // P]
