@@ -9,6 +9,7 @@ from hw.accel.mv_layout import pass_lengths
 from hw.accel.mv_unit import MvUnit
 from hw.accel.requant_lane import MUX2_INIT, RequantLane
 from hw.lib.bram import Bram, widest_data_width
+from hw.lib.ff_copies import ff_copies
 from hw.lib.mult18 import Mult18, is_ecp5
 from hw.lib.widths import index_bits, mul_const
 from sw.config import AccelConfig
@@ -18,6 +19,8 @@ __all__ = ["MvCore", "done_layout", "gu_rq_load_layout", "gu_table_depth", "mv_a
            "silu_table_address", "silu_table_depth"]
 
 NONE, GU, DN = 0, 1, 2
+#: Bytes of an x register per copy of its enable (:func:`hw.lib.ff_copies.ff_copies`).
+X_GROUP = 8
 #: Activation blocks per first-stage multiplexer group (see ``act`` in :meth:`MvCore.elaborate`).
 ACT_GROUP_BITS = 2
 
@@ -267,11 +270,6 @@ class MvCore(wiring.Component):
             m.d.sync += [nxt.layer.eq(self.i.p.layer), nxt.chunk.eq(self.i.p.chunk),
                          nxt.tag.eq(self.i.p.tag), nxt.base.eq(base), nxt.xe.eq(~gu.xe)]
             m.d.comb += nxt_full_n.eq(1)
-        # The free x register follows the input's payload until a job is held, so its 8 * d_model
-        # enables come from two flops and not from the handshake.
-        for e in range(2):
-            with m.If(~nxt_full & (gu.xe != e)):
-                m.d.sync += xregs[e].eq(self.i.p.x)
 
         # --- the pass counters: their values are this cycle's issue -----------------------------
         kind = Signal(2)
@@ -359,6 +357,18 @@ class MvCore(wiring.Component):
                             Mux(start_d, new_q[1].slot, new_q[0].slot))
         start_gu_n, start_d_n = starts(decide_n, q_after_n, nxt_full_n, hready_n.bit_select(oldest_slot_n, 1))
         m.d.sync += [start_gu.eq(start_gu_n), start_d.eq(start_d_n)]
+
+        # The free x register follows the input's payload until a job is held, so its 8 * d_model
+        # enables come from flops and not from the handshake: ``~nxt_full & (gu.xe != e)``,
+        # registered from its next value in copies, one per group of X_GROUP bytes.
+        gu_xe_n = Mux(start_gu, nxt.xe, gu.xe)
+        groups = -(-cfg.d_model // X_GROUP)
+        for e in range(2):
+            ens = ff_copies(m, platform, ~nxt_full_n & (gu_xe_n != e), groups, f"x_en_{e}", init=e)
+            for g, en in enumerate(ens):
+                lo, hi = g * X_GROUP, min(cfg.d_model, (g + 1) * X_GROUP)
+                with m.If(en):
+                    m.d.sync += [xregs[e][j].eq(self.i.p.x[j]) for j in range(lo, hi)]
         m.d.comb += self.busy.eq((kind != NONE) | (dq_n != 0) | nxt_full)
 
         # --- operands: the activation block of this issue, delayed to meet the weights ----------
