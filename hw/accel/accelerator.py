@@ -276,7 +276,8 @@ class Accelerator(wiring.Component):
         done_r = Signal()
         m.d.sync += done_r.eq(gave & out_last)
         with m.If(done_r):
-            m.d.sync += [self.group_cycles.eq(elapsed + 1), self.total_cycles.eq(self.total_cycles + elapsed + 1),
+            m.d.sync += [self.group_cycles.eq(elapsed + 1),
+                         self.total_cycles.eq(self.total_cycles + elapsed + 1),
                          self.groups.eq(self.groups + 1), elapsed.eq(0)]
         with m.Elif(in_group):
             m.d.sync += elapsed.eq(elapsed + 1)
