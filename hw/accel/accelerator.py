@@ -295,7 +295,9 @@ class Accelerator(wiring.Component):
             with m.Else():
                 m.d.sync += self.rows_computed.eq(self.rows_computed + 1)
         for p in range(P):
-            with m.If(mlp.core_busy[p]):
+            busy_r = Signal(name=f"core_busy_r_{p}")
+            m.d.sync += busy_r.eq(mlp.core_busy[p])
+            with m.If(busy_r):
                 m.d.sync += self.core_busy[p].eq(self.core_busy[p] + 1)
 
         if self._coverage:
