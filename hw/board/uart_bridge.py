@@ -18,6 +18,7 @@ Beats on the wire are little-endian and padded to whole bytes (:class:`Framing`)
 from __future__ import annotations
 
 import enum
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from amaranth import *
@@ -315,10 +316,11 @@ class UartBridge(wiring.Component):
         cols = min(RX_GROUP, in_bytes)
         groups = -(-in_bytes // cols)
         rx = Signal(8 * in_bytes, reset_less=True)
-        wr, wb_byte = Signal(), Signal(8, reset_less=True)
-        col, grp = Signal(cols, init=1), Signal(groups, init=1)
-        col_d = Signal(cols, reset_less=True)
-        p_restart, p_next, p_group = Signal(), Signal(), Signal()      # how the pointers move after t + 1
+        wr, wb_byte = Signal(name="wr"), Signal(8, name="wb_byte", reset_less=True)
+        col, grp = Signal(cols, name="col", init=1), Signal(groups, name="grp", init=1)
+        col_d = Signal(cols, name="col_d", reset_less=True)
+        # how the pointers move after t + 1
+        p_restart, p_next, p_group = (Signal(name=n) for n in ("p_restart", "p_next", "p_group"))
         wr_g = [Signal(name=f"wr_g{g}") for g in range(groups)]
         wb_g = [Signal(8, name=f"wb_g{g}", reset_less=True) for g in range(groups)]
         wb_en = Signal(in_bytes)
@@ -345,7 +347,7 @@ class UartBridge(wiring.Component):
         # of flops, one per group of ``rx``, whose flop g copies group g into the buffer in t + 4 + g;
         # ``<name>_fill`` a cycle after the last sets ``valid``. ``<name>_copying`` covers the chain.
         # ``last_4`` is the beat's ``last`` four cycles after its decoding, when group 0 is copied.
-        last_1, last_2, last_3, last_4 = Signal(), Signal(), Signal(), Signal()
+        last_1, last_2, last_3, last_4 = (Signal(name=f"last_{k}") for k in range(1, 5))
         m.d.sync += [last_2.eq(last_1), last_3.eq(last_2), last_4.eq(last_3)]
         valids, dones, keeps, copyings, fills = {}, {}, {}, {}, {}
         for name in writes:
@@ -405,7 +407,7 @@ class UartBridge(wiring.Component):
             for k in range(nbytes):
                 ld = Cat(*(c for c, n in loads if k < n)).any()
                 m.d.sync += v[k].eq(ld | Mux(sh, v[k + 1] if k + 1 < nbytes else 0, v[k]))
-            shifted = Cat(sr[8:], C(0, 8))
+            shifted = Cat(sr[8:], sr[-8:])             # the top byte's new value is never valid
             for g in range(0, nbytes, SR_GROUP):
                 live = v[g]
                 lo, hi = 8 * g, 8 * min(g + SR_GROUP, nbytes)
@@ -415,7 +417,7 @@ class UartBridge(wiring.Component):
 
         SRC_HEAD, SRC_INFO, SRC_STATUS, SRC_READ = range(4)
         src = Signal(4)                                # one-hot: where the answer's bytes come from
-        ov, ob = Signal(), Signal(8, reset_less=True)  # the output register
+        ov, ob = Signal(name="ov"), Signal(8, name="ob", reset_less=True)     # the output register
         load = Signal()                                # a source's byte enters the output register
         m.d.comb += [load.eq(~ov & src.any()), self.o.valid.eq(ov), self.o.payload.eq(ob)]
         sources = [op | RESPONSE, C(0, 8), C(0, 8), C(0, 8)]
@@ -435,7 +437,7 @@ class UartBridge(wiring.Component):
 
         # A read stream's ``ready`` (``<name>_rdy``) is a flop, raised while LOAD wants a beat
         # (``rd_arm``) and dropped after a handshake, which ``<name>_got`` registers.
-        rd_arm = Signal()
+        rd_arm = Signal(name="rd_arm")
         rdys, gots = {}, {}
         for k, name in enumerate(reads):
             port = getattr(self, name)
@@ -484,16 +486,31 @@ class UartBridge(wiring.Component):
                 m.d.sync += [quiet.eq(quiet + 1), expired.eq(quiet == self._timeout - 1)]
 
         # --- control -----------------------------------------------------------------------------
-        # ``acc`` (the state accepts bytes) follows the state, so that ``i.ready`` can be a flop:
-        # every transition goes through ``goto``.
+        # A state machine with a flop per state (``st_<name>``, one-hot), so that every test of the
+        # state is a flop: ``state(name)`` opens a state's branch and ``goto(name)`` is a transition
+        # from it. ``acc`` (a flop) is set while the state accepts bytes; ``i.ready`` rises in the
+        # cycle after one in which it was set and no byte was taken or decoded, so a byte taken is
+        # always decoded in an accepting state. A read stream's ``ready`` rises while LOAD has no
+        # beat and the watchdog has not expired (``rd_arm``).
+        STATES = ("IDLE", "COUNT_LO", "COUNT_HI", "RECV", "DRAIN", "LOAD", "SEND", "STATUS")
         ACCEPTING = ("IDLE", "COUNT_LO", "COUNT_HI", "RECV")
-        acc, acc_next = Signal(init=1), Signal()
-        m.d.comb += acc_next.eq(acc)
-        m.d.sync += [acc.eq(acc_next), in_rdy.eq(acc_next & ~take)]
+        st = {n: Signal(name=f"st_{n.lower()}", init=n == "IDLE") for n in STATES}
+        nxt = {n: Signal(name=f"nxt_{n.lower()}") for n in STATES}
+        acc = Signal(name="acc", init=1)
+        m.d.comb += [nxt[n].eq(st[n]) for n in STATES]
+        m.d.sync += [st[n].eq(nxt[n]) for n in STATES]
+        m.d.sync += [acc.eq(Cat(*(nxt[n] for n in ACCEPTING)).any()), in_rdy.eq(acc & ~in_v & ~take)]
+        m.d.comb += rd_arm.eq(st["LOAD"] & ~got_any & ~expired)
+        here = []
 
-        def goto(state):
-            m.next = state
-            m.d.comb += acc_next.eq(state in ACCEPTING)
+        @contextmanager
+        def state(name):
+            here[:] = [name]
+            with m.If(st[name]):
+                yield
+
+        def goto(name):
+            m.d.comb += [nxt[here[0]].eq(0), nxt[name].eq(1)]
 
         tx_left = Signal(range(max(1, len(rom), st_bytes, rd_bytes) + 1))
         tx_one = Signal()                              # ``tx_left == 1``
@@ -517,120 +534,116 @@ class UartBridge(wiring.Component):
         before_end = Array(byte_idx == max(nb - 2, 0) for nb in nbs)[which] if len(nbs) > 1 \
             else byte_idx == max(nbs[0] - 2, 0)
 
-        with m.FSM(name="bridge") as fsm:
-            with m.State("IDLE"):
-                with m.If(in_v):
-                    b = in_byte
-                    m.d.sync += [op.eq(b), is_info.eq(b == OP_INFO), is_reset.eq(b == OP_RESET),
-                                 is_write.eq(0), is_read.eq(0), is_status.eq(0)]
-                    for k, name in enumerate(writes):
-                        with m.If(b == self._ops[name]):
-                            m.d.sync += [is_write.eq(1), which.eq(k)]
-                    for k, name in enumerate(reads):
-                        with m.If(b == self._ops[name]):
-                            m.d.sync += [is_read.eq(1), which.eq(k)]
-                    if self._status_bits:
-                        m.d.sync += is_status.eq(b == self._ops["status"])
-                    goto("COUNT_LO")
-            with m.State("COUNT_LO"):
-                with m.If(in_v):
-                    m.d.sync += [count_lo.eq(in_byte), lo_zero.eq(in_byte == 0)]
-                    goto("COUNT_HI")
-                with m.Elif(expired):
-                    give_up()
-            with m.State("COUNT_HI"):
-                n = Cat(count_lo, in_byte)
-                n_zero = lo_zero & (in_byte == 0)
-                with m.If(in_v):
-                    m.d.sync += [beats.eq(n), one_left.eq(n == 1), byte_idx.eq(0), idx_last.eq(one_byte),
-                                 p_restart.eq(1)]
-                    with m.If(is_info):
-                        m.d.sync += info_idx.eq(0)
-                        answer(1, AFTER_INFO, SRC_HEAD)
-                    with m.Elif(is_reset):
-                        m.d.sync += self.soft_reset.eq(1)
-                        answer(1, AFTER_STATUS, SRC_HEAD)
-                    with m.Elif(is_write):
-                        with m.If(n_zero):
-                            goto("DRAIN")
-                        with m.Else():
-                            goto("RECV")
-                    with m.Elif(is_read):
-                        answer(1, Mux(n_zero, AFTER_STATUS, AFTER_LOAD), SRC_HEAD)
-                    with m.Elif(is_status):
-                        m.d.sync += ld_status.eq(1)
-                        answer(1, AFTER_ST, SRC_HEAD)
-                    with m.Else():
-                        raise_flag(Status.BAD_OP)
-                        answer(1, AFTER_STATUS, SRC_HEAD)
-                with m.Elif(expired):
-                    give_up()
-            with m.State("RECV"):
-                with m.If(in_v):
-                    m.d.sync += [wr.eq(1), wb_byte.eq(in_byte)]
-                    with m.If(idx_last):
-                        m.d.sync += [byte_idx.eq(0), idx_last.eq(one_byte), p_restart.eq(1),
-                                     beats.eq(beats - 1), one_left.eq(beats == 2), last_1.eq(one_left)]
-                        for k, name in enumerate(writes):
-                            m.d.sync += dones[name].eq(which == k)
-                        with m.If(one_left):
-                            m.d.sync += drained.eq(0)
-                            goto("DRAIN")
-                    with m.Else():
-                        m.d.sync += [byte_idx.eq(byte_idx + 1), idx_last.eq(before_end), p_next.eq(1)]
-                        if groups > 1:                 # then ``cols`` is RX_GROUP, a power of two
-                            m.d.sync += p_group.eq((byte_idx & (cols - 1)) == cols - 1)
-                with m.Elif(expired):
-                    give_up()
-            with m.State("DRAIN"):
-                # The command's last beat has arrived; answer once it has been taken.
-                with m.If(expired):
-                    give_up()
-                with m.Elif(drained):
+        with state("IDLE"):
+            with m.If(in_v):
+                b = in_byte
+                m.d.sync += [op.eq(b), is_info.eq(b == OP_INFO), is_reset.eq(b == OP_RESET),
+                             is_write.eq(0), is_read.eq(0), is_status.eq(0)]
+                for k, name in enumerate(writes):
+                    with m.If(b == self._ops[name]):
+                        m.d.sync += [is_write.eq(1), which.eq(k)]
+                for k, name in enumerate(reads):
+                    with m.If(b == self._ops[name]):
+                        m.d.sync += [is_read.eq(1), which.eq(k)]
+                if self._status_bits:
+                    m.d.sync += is_status.eq(b == self._ops["status"])
+                goto("COUNT_LO")
+        with state("COUNT_LO"):
+            with m.If(in_v):
+                m.d.sync += [count_lo.eq(in_byte), lo_zero.eq(in_byte == 0)]
+                goto("COUNT_HI")
+            with m.Elif(expired):
+                give_up()
+        with state("COUNT_HI"):
+            n = Cat(count_lo, in_byte)
+            n_zero = lo_zero & (in_byte == 0)
+            with m.If(in_v):
+                m.d.sync += [beats.eq(n), one_left.eq(n == 1), byte_idx.eq(0), idx_last.eq(one_byte),
+                             p_restart.eq(1)]
+                with m.If(is_info):
+                    m.d.sync += info_idx.eq(0)
+                    answer(1, AFTER_INFO, SRC_HEAD)
+                with m.Elif(is_reset):
+                    m.d.sync += self.soft_reset.eq(1)
                     answer(1, AFTER_STATUS, SRC_HEAD)
-            with m.State("LOAD"):
-                # Wait for a beat of the read stream ``which``: its ``ready`` is raised from the
-                # next cycle (``rd_arm``); an expired watchdog first drops it, then gives up.
-                with m.If(got_any):
-                    m.d.sync += [beats.eq(beats - 1), one_left.eq(beats == 2)]
-                    then = Mux(one_left, AFTER_STATUS, AFTER_LOAD)
-                    if len(reads) > 1:
-                        with m.Switch(which):
-                            for k, name in enumerate(reads):
-                                with m.Case(k):
-                                    answer(fr[name].read_bytes, then, SRC_READ)
-                    else:
-                        answer(fr[reads[0]].read_bytes, then, SRC_READ)
-                with m.Elif(expired):
-                    with m.If(~rdy_any):
-                        give_up()
+                with m.Elif(is_write):
+                    with m.If(n_zero):
+                        goto("DRAIN")
+                    with m.Else():
+                        goto("RECV")
+                with m.Elif(is_read):
+                    answer(1, Mux(n_zero, AFTER_STATUS, AFTER_LOAD), SRC_HEAD)
+                with m.Elif(is_status):
+                    m.d.sync += ld_status.eq(1)
+                    answer(1, AFTER_ST, SRC_HEAD)
                 with m.Else():
-                    m.d.comb += rd_arm.eq(1)
-            with m.State("SEND"):
-                with m.If(load):
-                    m.d.sync += [tx_left.eq(tx_left - 1), tx_one.eq(tx_left == 2)]
-                    with m.If(tx_one):
-                        m.d.sync += src.eq(0)
-                        with m.Switch(after):
-                            with m.Case(AFTER_IDLE):
-                                goto("IDLE")
-                            with m.Case(AFTER_STATUS):
-                                goto("STATUS")
-                            with m.Case(AFTER_LOAD):
-                                goto("LOAD")
-                            with m.Case(AFTER_INFO):
-                                answer(len(rom), AFTER_STATUS, SRC_INFO)
-                            with m.Case(AFTER_ST):
-                                answer(st_bytes, AFTER_STATUS, SRC_STATUS)
-            with m.State("STATUS"):
-                # The status byte, once the output register is free: the flags collected so far,
-                # which start again from here.
-                with m.If(~ov):
-                    m.d.comb += load_flags.eq(1)
-                    m.d.sync += [flags.eq(set_flags), ob.eq(flags | set_flags)]
-                    goto("IDLE")
+                    raise_flag(Status.BAD_OP)
+                    answer(1, AFTER_STATUS, SRC_HEAD)
+            with m.Elif(expired):
+                give_up()
+        with state("RECV"):
+            with m.If(in_v):
+                m.d.sync += [wr.eq(1), wb_byte.eq(in_byte)]
+                with m.If(idx_last):
+                    m.d.sync += [byte_idx.eq(0), idx_last.eq(one_byte), p_restart.eq(1),
+                                 beats.eq(beats - 1), one_left.eq(beats == 2), last_1.eq(one_left)]
+                    for k, name in enumerate(writes):
+                        m.d.sync += dones[name].eq(which == k)
+                    with m.If(one_left):
+                        m.d.sync += drained.eq(0)
+                        goto("DRAIN")
+                with m.Else():
+                    m.d.sync += [byte_idx.eq(byte_idx + 1), idx_last.eq(before_end), p_next.eq(1)]
+                    if groups > 1:                 # then ``cols`` is RX_GROUP, a power of two
+                        m.d.sync += p_group.eq((byte_idx & (cols - 1)) == cols - 1)
+            with m.Elif(expired):
+                give_up()
+        with state("DRAIN"):
+            # The command's last beat has arrived; answer once it has been taken.
+            with m.If(expired):
+                give_up()
+            with m.Elif(drained):
+                answer(1, AFTER_STATUS, SRC_HEAD)
+        with state("LOAD"):
+            # Wait for a beat of the read stream ``which``: its ``ready`` is raised from the
+            # next cycle (``rd_arm``); an expired watchdog first drops it, then gives up, so
+            # that no beat is taken that nobody sends.
+            with m.If(got_any):
+                m.d.sync += [beats.eq(beats - 1), one_left.eq(beats == 2)]
+                then = Mux(one_left, AFTER_STATUS, AFTER_LOAD)
+                if len(reads) > 1:
+                    with m.Switch(which):
+                        for k, name in enumerate(reads):
+                            with m.Case(k):
+                                answer(fr[name].read_bytes, then, SRC_READ)
+                else:
+                    answer(fr[reads[0]].read_bytes, then, SRC_READ)
+            with m.Elif(expired & ~rdy_any):
+                give_up()
+        with state("SEND"):
+            with m.If(load):
+                m.d.sync += [tx_left.eq(tx_left - 1), tx_one.eq(tx_left == 2)]
+                with m.If(tx_one):
+                    m.d.sync += src.eq(0)
+                    with m.Switch(after):
+                        with m.Case(AFTER_IDLE):
+                            goto("IDLE")
+                        with m.Case(AFTER_STATUS):
+                            goto("STATUS")
+                        with m.Case(AFTER_LOAD):
+                            goto("LOAD")
+                        with m.Case(AFTER_INFO):
+                            answer(len(rom), AFTER_STATUS, SRC_INFO)
+                        with m.Case(AFTER_ST):
+                            answer(st_bytes, AFTER_STATUS, SRC_STATUS)
+        with state("STATUS"):
+            # The status byte, once the output register is free: the flags collected so far,
+            # which start again from here.
+            with m.If(~ov):
+                m.d.comb += load_flags.eq(1)
+                m.d.sync += [flags.eq(set_flags), ob.eq(flags | set_flags)]
+                goto("IDLE")
 
-        m.d.comb += [self.busy.eq(~fsm.ongoing("IDLE") | ov),
-                     waiting.eq(fsm.ongoing("COUNT_LO") | fsm.ongoing("COUNT_HI") | fsm.ongoing("RECV")
-                                | fsm.ongoing("DRAIN") | fsm.ongoing("LOAD"))]
+        m.d.comb += [self.busy.eq(~st["IDLE"] | ov),
+                     waiting.eq(st["COUNT_LO"] | st["COUNT_HI"] | st["RECV"] | st["DRAIN"] | st["LOAD"])]
         return m
