@@ -288,15 +288,15 @@ class UartBridge(wiring.Component):
         # What the state machine branches on is registered: the opcode's kind and stream (decoded as
         # the opcode arrives), ``count_lo == 0``, ``beats == 1``, the beat's last byte.
         op = Signal(8, reset_less=True)
-        is_info, is_reset, is_write, is_read, is_status = (Signal(name=f"is_{n}") for n in
+        is_info, is_reset, is_write, is_read, is_status = (Signal(name=f"is_{n}", reset_less=True) for n in
                                                            ("info", "reset", "write", "read", "status"))
-        which = Signal(range(max(2, len(writes), len(reads))))
+        which = Signal(range(max(2, len(writes), len(reads))), reset_less=True)
         count_lo = Signal(8, reset_less=True)
-        lo_zero = Signal()                             # ``count_lo == 0``
-        beats = Signal(16)                             # beats still to come in this command
-        one_left = Signal()                            # ``beats == 1``
-        byte_idx = Signal(range(max(2, in_bytes)))
-        idx_last = Signal()                            # ``byte_idx`` is the beat's last byte
+        lo_zero = Signal(reset_less=True)              # ``count_lo == 0``
+        beats = Signal(16, reset_less=True)            # beats still to come in this command
+        one_left = Signal(reset_less=True)             # ``beats == 1``
+        byte_idx = Signal(range(max(2, in_bytes)), reset_less=True)
+        idx_last = Signal(reset_less=True)             # ``byte_idx`` is the beat's last byte
         flags = Signal(4)
         set_flags = Signal(4)
         m.d.sync += flags.eq(flags | set_flags)
@@ -317,13 +317,14 @@ class UartBridge(wiring.Component):
         groups = -(-in_bytes // cols)
         rx = Signal(8 * in_bytes, reset_less=True)
         wr, wb_byte = Signal(name="wr"), Signal(8, name="wb_byte", reset_less=True)
-        col, grp = Signal(cols, name="col", init=1), Signal(groups, name="grp", init=1)
+        col, grp = Signal(cols, name="col", init=1, reset_less=True), Signal(groups, name="grp", init=1,
+                                                                             reset_less=True)
         col_d = Signal(cols, name="col_d", reset_less=True)
         # how the pointers move after t + 1
         p_restart, p_next, p_group = (Signal(name=n) for n in ("p_restart", "p_next", "p_group"))
-        wr_g = [Signal(name=f"wr_g{g}") for g in range(groups)]
+        wr_g = [Signal(name=f"wr_g{g}", reset_less=True) for g in range(groups)]
         wb_g = [Signal(8, name=f"wb_g{g}", reset_less=True) for g in range(groups)]
-        wb_en = Signal(in_bytes)
+        wb_en = Signal(in_bytes, reset_less=True)
         m.d.sync += [wr.eq(0), p_restart.eq(0), p_next.eq(0), p_group.eq(0), col_d.eq(col)]
         with m.If(p_restart):
             m.d.sync += [col.eq(1), grp.eq(1)]
@@ -347,7 +348,7 @@ class UartBridge(wiring.Component):
         # of flops, one per group of ``rx``, whose flop g copies group g into the buffer in t + 4 + g;
         # ``<name>_fill`` a cycle after the last sets ``valid``. ``<name>_copying`` covers the chain.
         # ``last_4`` is the beat's ``last`` four cycles after its decoding, when group 0 is copied.
-        last_1, last_2, last_3, last_4 = (Signal(name=f"last_{k}") for k in range(1, 5))
+        last_1, last_2, last_3, last_4 = (Signal(name=f"last_{k}", reset_less=True) for k in range(1, 5))
         m.d.sync += [last_2.eq(last_1), last_3.eq(last_2), last_4.eq(last_3)]
         valids, dones, keeps, copyings, fills = {}, {}, {}, {}, {}
         for name in writes:
@@ -369,12 +370,7 @@ class UartBridge(wiring.Component):
             m.d.sync += [chain[g].eq(chain[g - 1]) for g in range(1, len(chain))]
             m.d.sync += [copying.eq((keep | copying & ~chain[-1]) & ~self.soft_reset),
                          fill.eq(chain[-1] & copying & ~self.soft_reset)]
-            with m.If(port.valid & port.ready):
-                m.d.sync += valid.eq(0)
-            with m.If(fill):
-                m.d.sync += valid.eq(1)
-            with m.If(self.soft_reset):
-                m.d.sync += valid.eq(0)
+            m.d.sync += valid.eq(~self.soft_reset & (fill | valid & ~port.ready))
             d, u, last = _split(buf)
             for g, go in enumerate(chain):
                 lo, hi = 8 * cols * g, 8 * cols * (g + 1)
@@ -415,12 +411,15 @@ class UartBridge(wiring.Component):
                     m.d.sync += sr[lo:hi].eq(Mux(live, shifted[lo:hi], fresh[lo:hi]))
             return sr[:8]
 
-        SRC_HEAD, SRC_INFO, SRC_STATUS, SRC_READ = range(4)
-        src = Signal(4)                                # one-hot: where the answer's bytes come from
+        # The answer's first byte comes from the opcode (state HEAD), the status byte from the flags
+        # (state STATUS), the bytes between them from one of ``sources`` (state SEND, ``src``).
+        SRC_INFO, SRC_STATUS, SRC_READ = range(3)
+        src = Signal(3, name="src")                    # one-hot: where SEND's bytes come from
         ov, ob = Signal(name="ov"), Signal(8, name="ob", reset_less=True)     # the output register
-        load = Signal()                                # a source's byte enters the output register
+        load = Signal(name="load")                     # a source's byte enters the output register
+        load_head, load_flags = Signal(name="load_head"), Signal(name="load_flags")
         m.d.comb += [load.eq(~ov & src.any()), self.o.valid.eq(ov), self.o.payload.eq(ob)]
-        sources = [op | RESPONSE, C(0, 8), C(0, 8), C(0, 8)]
+        sources = [C(0, 8)] * 3
 
         info_idx = Signal(range(len(rom) + 1))
         info_q = Signal(8, reset_less=True)
@@ -467,8 +466,9 @@ class UartBridge(wiring.Component):
             for k, source in enumerate(sources):
                 byte = byte | Mux(src[k], source, 0)
             m.d.sync += ob.eq(byte)
-        load_flags = Signal()
-        m.d.sync += ov.eq(load | load_flags | ov & ~self.o.ready)
+        with m.If(load_head):
+            m.d.sync += ob.eq(op | RESPONSE)
+        m.d.sync += ov.eq(load | load_head | load_flags | ov & ~self.o.ready)
 
         # --- watchdog --------------------------------------------------------------------------
         waiting = Signal()
@@ -492,7 +492,7 @@ class UartBridge(wiring.Component):
         # cycle after one in which it was set and no byte was taken or decoded, so a byte taken is
         # always decoded in an accepting state. A read stream's ``ready`` rises while LOAD has no
         # beat and the watchdog has not expired (``rd_arm``).
-        STATES = ("IDLE", "COUNT_LO", "COUNT_HI", "RECV", "DRAIN", "LOAD", "SEND", "STATUS")
+        STATES = ("IDLE", "COUNT_LO", "COUNT_HI", "RECV", "DRAIN", "LOAD", "HEAD", "SEND", "STATUS")
         ACCEPTING = ("IDLE", "COUNT_LO", "COUNT_HI", "RECV")
         st = {n: Signal(name=f"st_{n.lower()}", init=n == "IDLE") for n in STATES}
         nxt = {n: Signal(name=f"nxt_{n.lower()}") for n in STATES}
@@ -512,15 +512,21 @@ class UartBridge(wiring.Component):
         def goto(name):
             m.d.comb += [nxt[here[0]].eq(0), nxt[name].eq(1)]
 
-        tx_left = Signal(range(max(1, len(rom), st_bytes, rd_bytes) + 1))
-        tx_one = Signal()                              # ``tx_left == 1``
-        after = Signal(3)                              # what follows SEND
-        AFTER_IDLE, AFTER_STATUS, AFTER_LOAD, AFTER_INFO, AFTER_ST = range(5)
+        tx_left = Signal(range(max(1, len(rom), st_bytes, rd_bytes) + 1), reset_less=True)
+        tx_one = Signal(reset_less=True)               # ``tx_left == 1``
+        more = Signal(reset_less=True)                 # SEND is followed by LOAD, not STATUS
+        after = Signal(2, reset_less=True)             # what follows HEAD
+        AFTER_STATUS, AFTER_LOAD, AFTER_INFO, AFTER_ST = range(4)
         m.d.sync += [ld_status.eq(0), self.soft_reset.eq(0)]
 
-        def answer(nbytes, then, source):
-            """Send ``nbytes`` bytes from ``source``, then go to ``then``."""
-            m.d.sync += [tx_left.eq(nbytes), tx_one.eq(nbytes == 1), after.eq(then), src.eq(1 << source)]
+        def head(then):
+            """Send the answer's first byte, then go on as ``then`` says."""
+            m.d.sync += after.eq(then)
+            goto("HEAD")
+
+        def send(nbytes, source, then_load=0):
+            """Send ``nbytes`` bytes from ``source``, then go to LOAD (``then_load``) or STATUS."""
+            m.d.sync += [tx_left.eq(nbytes), tx_one.eq(nbytes == 1), more.eq(then_load), src.eq(1 << source)]
             goto("SEND")
 
         def give_up():
@@ -562,23 +568,23 @@ class UartBridge(wiring.Component):
                              p_restart.eq(1)]
                 with m.If(is_info):
                     m.d.sync += info_idx.eq(0)
-                    answer(1, AFTER_INFO, SRC_HEAD)
+                    head(AFTER_INFO)
                 with m.Elif(is_reset):
                     m.d.sync += self.soft_reset.eq(1)
-                    answer(1, AFTER_STATUS, SRC_HEAD)
+                    head(AFTER_STATUS)
                 with m.Elif(is_write):
                     with m.If(n_zero):
                         goto("DRAIN")
                     with m.Else():
                         goto("RECV")
                 with m.Elif(is_read):
-                    answer(1, Mux(n_zero, AFTER_STATUS, AFTER_LOAD), SRC_HEAD)
+                    head(Mux(n_zero, AFTER_STATUS, AFTER_LOAD))
                 with m.Elif(is_status):
                     m.d.sync += ld_status.eq(1)
-                    answer(1, AFTER_ST, SRC_HEAD)
+                    head(AFTER_ST)
                 with m.Else():
                     raise_flag(Status.BAD_OP)
-                    answer(1, AFTER_STATUS, SRC_HEAD)
+                    head(AFTER_STATUS)
             with m.Elif(expired):
                 give_up()
         with state("RECV"):
@@ -603,39 +609,45 @@ class UartBridge(wiring.Component):
             with m.If(expired):
                 give_up()
             with m.Elif(drained):
-                answer(1, AFTER_STATUS, SRC_HEAD)
+                head(AFTER_STATUS)
         with state("LOAD"):
             # Wait for a beat of the read stream ``which``: its ``ready`` is raised from the
             # next cycle (``rd_arm``); an expired watchdog first drops it, then gives up, so
             # that no beat is taken that nobody sends.
             with m.If(got_any):
                 m.d.sync += [beats.eq(beats - 1), one_left.eq(beats == 2)]
-                then = Mux(one_left, AFTER_STATUS, AFTER_LOAD)
                 if len(reads) > 1:
                     with m.Switch(which):
                         for k, name in enumerate(reads):
                             with m.Case(k):
-                                answer(fr[name].read_bytes, then, SRC_READ)
+                                send(fr[name].read_bytes, SRC_READ, ~one_left)
                 else:
-                    answer(fr[reads[0]].read_bytes, then, SRC_READ)
+                    send(fr[reads[0]].read_bytes, SRC_READ, ~one_left)
             with m.Elif(expired & ~rdy_any):
                 give_up()
+        with state("HEAD"):
+            # The answer's first byte, once the output register is free.
+            with m.If(~ov):
+                m.d.comb += load_head.eq(1)
+                with m.Switch(after):
+                    with m.Case(AFTER_STATUS):
+                        goto("STATUS")
+                    with m.Case(AFTER_LOAD):
+                        goto("LOAD")
+                    with m.Case(AFTER_INFO):
+                        send(len(rom), SRC_INFO)
+                    if st_bytes:
+                        with m.Case(AFTER_ST):
+                            send(st_bytes, SRC_STATUS)
         with state("SEND"):
             with m.If(load):
                 m.d.sync += [tx_left.eq(tx_left - 1), tx_one.eq(tx_left == 2)]
                 with m.If(tx_one):
                     m.d.sync += src.eq(0)
-                    with m.Switch(after):
-                        with m.Case(AFTER_IDLE):
-                            goto("IDLE")
-                        with m.Case(AFTER_STATUS):
-                            goto("STATUS")
-                        with m.Case(AFTER_LOAD):
-                            goto("LOAD")
-                        with m.Case(AFTER_INFO):
-                            answer(len(rom), AFTER_STATUS, SRC_INFO)
-                        with m.Case(AFTER_ST):
-                            answer(st_bytes, AFTER_STATUS, SRC_STATUS)
+                    with m.If(more):
+                        goto("LOAD")
+                    with m.Else():
+                        goto("STATUS")
         with state("STATUS"):
             # The status byte, once the output register is free: the flags collected so far,
             # which start again from here.
