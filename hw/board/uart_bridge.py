@@ -147,16 +147,19 @@ class UartBridge(wiring.Component):
     a command cannot leave the bridge out of step for the next one.
 
     Structure and timing. The bridge runs at the UART's byte rate, so it spends cycles to keep every
-    path short: nothing from outside (``i``, ``o.ready``, a stream's ``valid`` or ``ready``) reaches
-    more than one look-up table before a flip-flop, and every enable of a wide register comes from a
-    flip-flop of its own group of at most :data:`RX_GROUP` bytes (receive side) or :data:`SR_GROUP`
-    bytes (answer side), placed next to what it enables:
+    path short in a chip where its wide registers spread over the die. What comes from outside
+    (``i``, ``o.ready``, a stream's ``valid``, ``ready`` or payload) reaches a few flops through one
+    look-up table (two for ``i.ready`` and a read stream's ``ready``, which also see the state), and
+    nothing wide depends on it before it is registered. Every enable of a wide register comes from
+    a flop of its own group of at most :data:`RX_GROUP` bytes (receive side) or :data:`SR_GROUP`
+    bytes (answer side), directly or through one look-up table with two control flops, so that it
+    can sit next to what it enables; the control state machine has a flop per state:
 
-    * ``i.ready`` is a flop. A byte taken in cycle t is decoded in t + 1 by the control state
-      machine (which therefore takes at most one byte every two cycles; a UART byte takes forty or
-      more). The watchdog counts cycles without a byte or read beat decoded; when it expires the
-      state machine abandons the command in its next decision, and a byte taken meanwhile becomes
-      the next command's opcode, as it would have had it come after the timeout;
+    * ``i.ready`` is a flop. A byte taken in cycle t is decoded in t + 1 (so the bridge takes at
+      most one byte every three cycles; a UART byte takes forty or more). The watchdog counts
+      cycles without a byte or read beat decoded; when it expires, the state machine abandons the
+      command in its next decision, and a byte taken meanwhile becomes the next command's opcode,
+      as it would have had it come after the timeout;
     * a write byte decoded in t is written into its own byte slot of the receive register shared by
       the write streams in t + 3 (``rx`` from t + 4): in t + 1 it is registered with one-hot
       pointers to its slot (a group of :data:`RX_GROUP` slots and a slot within the group), in
@@ -432,7 +435,10 @@ class UartBridge(wiring.Component):
         if st_bytes:
             st_sh = Signal()
             m.d.sync += st_sh.eq(load & src[SRC_STATUS])
-            sources[SRC_STATUS] = shift_register("st", st_bytes, self.status, [(ld_status, st_bytes)], st_sh)
+            # Padding bits load ``ld_status``, which is 0 whenever they load: no constant makes
+            # synthesis turn a bit's load into a reset from a second look-up table.
+            fresh = Cat(self.status, ld_status.replicate(8 * st_bytes - self._status_bits))
+            sources[SRC_STATUS] = shift_register("st", st_bytes, fresh, [(ld_status, st_bytes)], st_sh)
 
         # A read stream's ``ready`` (``<name>_rdy``) is a flop, raised while LOAD wants a beat
         # (``rd_arm``) and dropped after a handshake, which ``<name>_got`` registers.
@@ -454,7 +460,9 @@ class UartBridge(wiring.Component):
                 f, port = fr[name], getattr(self, name)
                 d, u, last = _split(port.payload)
                 tail = Cat(*(v for v in (u, last) if v is not None))
-                wires.append(Cat(d, C(0, 8 * f.data_bytes - f.data_bits), tail, C(0, 8 * rd_bytes)))
+                # padding: ``got_any``, 0 whenever it loads (as for the status word)
+                wires.append(Cat(d, got_any.replicate(8 * f.data_bytes - f.data_bits), tail,
+                                 got_any.replicate(8 * rd_bytes)))
             beat = Array(wires)[which] if len(wires) > 1 else wires[0]
             rd_sh = Signal()
             m.d.sync += rd_sh.eq(load & src[SRC_READ])
