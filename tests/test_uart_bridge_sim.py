@@ -300,11 +300,19 @@ def compare_run(kind, cls, seed, n_commands=40, status_mode="constant"):
     rd_queue = {n: [] for n in rnames}
     tight = {br.opcodes[n] for n in wnames if fr[n].write_bytes >= 16}
 
+    def held(prev, valid, payload, what):
+        """A beat offered and not taken is offered again, unchanged."""
+        if prev is not None:
+            assert valid and payload == prev, f"{what}: a beat offered was withdrawn or changed"
+
     async def sink(ctx):                                # random backpressure on the answer stream
         r = random.Random(seed + 1)
+        prev = None
         while True:
             ctx.set(br.o.ready, r.random() < 0.4)
             _, _, valid, ready, payload = await ctx.tick().sample(br.o.valid, br.o.ready, br.o.payload)
+            held(prev, valid, payload, "o")
+            prev = payload if valid and not ready else None
             if valid and ready:
                 got.append(payload)
 
@@ -312,13 +320,16 @@ def compare_run(kind, cls, seed, n_commands=40, status_mode="constant"):
         async def run(ctx):
             r = random.Random(seed + 10 + k)
             port = getattr(br, name)
-            streak = 0
+            streak, prev, reset_before = 0, None, 0
             while True:
                 ready = not state["stuck"] and (streak >= MAX_STALL or r.random() < 0.5)
                 streak = 0 if ready else streak + 1
                 ctx.set(port.ready, ready)
-                _, _, valid, rdy, payload = await ctx.tick().sample(port.valid, port.ready,
-                                                                    Value.cast(port.payload))
+                _, _, valid, rdy, payload, reset = await ctx.tick().sample(
+                    port.valid, port.ready, Value.cast(port.payload), br.soft_reset)
+                if not (reset or reset_before):         # RESET empties a buffer, on purpose
+                    held(prev, valid, payload, name)
+                prev, reset_before = (payload if valid and not rdy else None), reset
                 if valid and rdy:
                     beats[name].append(payload)
         return run
