@@ -217,3 +217,236 @@ def test_rx_error_is_reported():
 
     run(bench)
     assert results["status"][-1] == Status.LINE
+
+
+# --- the current bridge against the reference (the bridge before its paths were registered) ----------
+# The same host script (commands, bytes and the gaps between them), the same consumers and producers
+# (random stalls, drawn per cycle) and random backpressure on the answer stream: the bytes out and the
+# beats delivered must be the same. The script keeps away from the few cycles by which the two designs
+# may differ: bytes at least ``MIN_GAP`` cycles apart (a UART byte takes 40 or more; only inside beats
+# of 16 bytes or more, which last long anyway, do they come back to back), consumers that take a beat
+# within ``MAX_STALL`` cycles (long before the next beat is complete) unless they are stuck on purpose,
+# and waits for abandoned commands well beyond the timeout.
+
+P = stream.Signature(8)                                                             # one-byte beats
+Q = stream.Signature(data.StructLayout({"data": 300, "user": 5, "last": 1}))        # 39 bytes, 3 groups
+R = stream.Signature(data.StructLayout({"data": 150, "user": 4, "last": 1}))        # read, 20 bytes
+S = stream.Signature(data.StructLayout({"data": 40, "last": 1}))                    # read, 6 bytes
+CMP_TIMEOUT = 400
+MIN_GAP, MAX_STALL = 16, 8
+STATUS_BITS = {"wide": 150, "small": 12, "two_reads": 70}
+
+
+def make_bridge(kind, cls):
+    """``wide``: streams that span several enable groups of the receive register and of the shift
+    registers; ``small``: this file's bridge; ``two_reads``: two read streams."""
+    if kind == "wide":
+        return cls({"p": P, "q": Q}, {"r": R}, status_bits=150, info=bytes(range(7, 47)), timeout=CMP_TIMEOUT)
+    if kind == "small":
+        return cls({"a": A, "b": B}, {"c": C}, status_bits=12, info=b"hello", timeout=CMP_TIMEOUT)
+    return cls({"q": Q}, {"r": R, "s": S}, status_bits=70, info=b"", timeout=CMP_TIMEOUT)
+
+
+def _script(br, rng, n_commands):
+    """A random command sequence of ``(kind, bytes, {read stream: beats to offer}, expected answer
+    length, or None for an abandoned command)``."""
+    fr, ops = br.framings, br.opcodes
+    wnames, rnames = list(br._writes), list(br._reads)
+    out = []
+    for _ in range(n_commands):
+        kind = rng.choice(["info", "write", "write", "write", "read", "read", "status", "status", "reset",
+                           "bad", "abandon", "short_read", "stuck"])
+        rname = rng.choice(rnames)
+        rb = fr[rname].read_bytes
+        if kind == "info":
+            out.append((kind, [ops["info"], 0, 0], {}, 2 + len(br.info) + 1))
+        elif kind in ("write", "stuck"):
+            name = rng.choice(wnames)
+            n = rng.choice([0, 1, 2, 3, 5]) if kind == "write" else 2
+            payload = [rng.randrange(256) for _ in range(n * fr[name].write_bytes)]
+            out.append((kind, [ops[name], n, 0, *payload], {}, 2 if kind == "write" else None))
+        elif kind == "read":
+            n = rng.choice([0, 1, 2, 3])
+            out.append((kind, [ops[rname], n, 0], {rname: n}, 1 + n * rb + 1))
+        elif kind == "short_read":                      # fewer beats than asked: abandoned after one
+            out.append((kind, [ops[rname], 3, 0], {rname: 1}, None, 1 + rb))
+        elif kind == "status":
+            out.append((kind, [ops["status"], 0, 0], {}, 1 + br.status_bytes + 1))
+        elif kind == "reset":
+            out.append((kind, [ops["reset"], 0, 0], {}, 2))
+        elif kind == "bad":
+            out.append((kind, [0x70 + rng.randrange(8), rng.randrange(3), 0], {}, 2))
+        else:                                           # a command that stops in the middle
+            name = wnames[-1]
+            full = [ops[name], 2, 0, *(rng.randrange(256) for _ in range(2 * fr[name].write_bytes))]
+            out.append((kind, full[:rng.randrange(1, len(full))], {}, None))
+    return out
+
+
+def compare_run(kind, cls, seed, n_commands=40, status_mode="constant"):
+    """Run the random script on ``make_bridge(kind, cls)``. ``status_mode``: ``constant`` (a random
+    value for each command) or ``cycle`` (the cycle count). Returns the bytes out, where in them the
+    status words of status answers are, those status words less the status input in the cycle in
+    which the command's last byte was taken, the beats delivered per write stream and the number of
+    soft resets."""
+    br = make_bridge(kind, cls)
+    script = _script(br, random.Random(seed), n_commands)
+    fr = br.framings
+    wnames, rnames = list(br._writes), list(br._reads)
+    sim = Simulator(br)
+    sim.add_clock(1e-8)
+    got, beats = [], {n: [] for n in wnames}
+    state = {"stuck": False, "resets": 0, "done": False, "spans": [], "statuses": []}
+    rd_queue = {n: [] for n in rnames}
+    tight = {br.opcodes[n] for n in wnames if fr[n].write_bytes >= 16}
+
+    def held(prev, valid, payload, what):
+        """A beat offered and not taken is offered again, unchanged."""
+        if prev is not None:
+            assert valid and payload == prev, f"{what}: a beat offered was withdrawn or changed"
+
+    async def sink(ctx):                                # random backpressure on the answer stream
+        r = random.Random(seed + 1)
+        prev = None
+        while True:
+            ctx.set(br.o.ready, r.random() < 0.4)
+            _, _, valid, ready, payload = await ctx.tick().sample(br.o.valid, br.o.ready, br.o.payload)
+            held(prev, valid, payload, "o")
+            prev = payload if valid and not ready else None
+            if valid and ready:
+                got.append(payload)
+
+    def consumer(name, k):
+        async def run(ctx):
+            r = random.Random(seed + 10 + k)
+            port = getattr(br, name)
+            streak, prev, reset_before = 0, None, 0
+            while True:
+                ready = not state["stuck"] and (streak >= MAX_STALL or r.random() < 0.5)
+                streak = 0 if ready else streak + 1
+                ctx.set(port.ready, ready)
+                _, _, valid, rdy, payload, reset = await ctx.tick().sample(
+                    port.valid, port.ready, Value.cast(port.payload), br.soft_reset)
+                if not (reset or reset_before):         # RESET empties a buffer, on purpose
+                    held(prev, valid, payload, name)
+                prev, reset_before = (payload if valid and not rdy else None), reset
+                if valid and rdy:
+                    beats[name].append(payload)
+        return run
+
+    def producer(name, k):                              # read beats, after random gaps (or none)
+        async def run(ctx):
+            r = random.Random(seed + 20 + k)
+            port = getattr(br, name)
+            while True:
+                if not rd_queue[name]:
+                    await ctx.tick()
+                    continue
+                gap = r.randrange(0, 12)
+                if gap:
+                    await ctx.tick().repeat(gap)
+                ctx.set(port.valid, 1)
+                ctx.set(Value.cast(port.payload), rd_queue[name][0])
+                await ctx.tick().until(port.ready)
+                rd_queue[name].pop(0)
+                ctx.set(port.valid, 0)
+        return run
+
+    async def clock(ctx):                               # counts soft resets; the status in ``cycle`` mode
+        cycle = 0
+        async for _, _, pulse in ctx.tick().sample(br.soft_reset):
+            state["resets"] += pulse
+            cycle += 1
+            if status_mode == "cycle":
+                ctx.set(br.status, cycle)
+
+    async def host(ctx):
+        r = random.Random(seed + 30)
+        for cmd in script:
+            kind, raw, offer, want = cmd[:4]
+            if status_mode == "constant":
+                ctx.set(br.status, r.getrandbits(len(br.status)))
+            for name, n in offer.items():
+                port = getattr(br, name)
+                rd_queue[name].extend(r.getrandbits(len(Value.cast(port.payload))) for _ in range(n))
+            state["stuck"] = kind == "stuck"
+            before = len(got)
+            for j, b in enumerate(raw):
+                ctx.set(br.i.valid, 1)
+                ctx.set(br.i.payload, b)
+                (taken_status,) = await ctx.tick().sample(br.status).until(br.i.ready)
+                ctx.set(br.i.valid, 0)
+                if j == 1 and r.random() < 0.2:          # a line error in the middle of a command
+                    ctx.set(br.rx_error, 1)
+                    await ctx.tick()
+                    ctx.set(br.rx_error, 0)
+                gap = r.randrange(0, 6) if j >= 3 and raw[0] in tight else r.randrange(MIN_GAP, 3 * MIN_GAP)
+                if gap:
+                    await ctx.tick().repeat(gap)
+            if want is None:                            # abandoned: wait well beyond the timeout
+                await ctx.tick().repeat(3 * CMP_TIMEOUT)
+                assert len(got) - before == (cmd[4] if kind == "short_read" else 0), kind
+                if kind == "stuck":
+                    state["stuck"] = False
+                    await ctx.tick().repeat(2 * MAX_STALL)
+                continue
+            for _ in range(100_000):
+                if len(got) >= before + want:
+                    break
+                await ctx.tick()
+            assert len(got) == before + want, (kind, raw[:3], len(got) - before, want)
+            if kind == "status":
+                span = (before + 1, before + 1 + br.status_bytes)
+                state["spans"].append(span)
+                value = int.from_bytes(bytes(got[span[0]:span[1]]), "little")
+                state["statuses"].append(value - taken_status)   # relative in ``cycle`` mode
+            await ctx.tick().repeat(r.randrange(1, 20))
+        await ctx.tick().repeat(4 * CMP_TIMEOUT)        # nothing else comes out
+        state["done"] = True
+
+    sim.add_testbench(host)
+    sim.add_process(sink)
+    sim.add_process(clock)
+    for k, name in enumerate(wnames):
+        sim.add_process(consumer(name, k))
+    for k, name in enumerate(rnames):
+        sim.add_process(producer(name, k))
+    sim.run()
+    assert state["done"], "the script did not finish"
+    return {"bytes": bytes(got), "spans": state["spans"], "statuses": state["statuses"], "beats": beats,
+            "resets": state["resets"]}
+
+
+@pytest.mark.parametrize("kind,seed", [("wide", 1), ("wide", 2), ("wide", 3), ("small", 4), ("small", 5),
+                                       ("two_reads", 6)])
+def test_same_bytes_as_reference(kind, seed):
+    """Random commands (every kind, abandoned ones included), random gaps, stalling consumers and
+    producers, random backpressure on the answers: the bytes out and the beats delivered are the
+    reference's."""
+    from tests.uart_bridge_ref import ReferenceBridge
+    new = compare_run(kind, UartBridge, seed)
+    old = compare_run(kind, ReferenceBridge, seed)
+    assert new["beats"] == old["beats"]
+    assert new["resets"] == old["resets"]
+    assert new["bytes"] == old["bytes"]
+    assert len(new["bytes"]) > 100 and all(new["beats"].values()) and new["statuses"]
+
+
+def test_status_sampling_point():
+    """With the cycle count as the status word: the reference returns the count of the cycle in
+    which the command's last byte was taken, the bridge that of the next cycle (in which it decodes
+    that byte); all other bytes are the same."""
+    from tests.uart_bridge_ref import ReferenceBridge
+    new = compare_run("wide", UartBridge, 7, status_mode="cycle")
+    old = compare_run("wide", ReferenceBridge, 7, status_mode="cycle")
+    assert len(new["spans"]) >= 3
+    assert old["statuses"] == [0] * len(old["spans"])
+    assert new["statuses"] == [1] * len(new["spans"])
+
+    def rest(run):
+        b, keep, at = run["bytes"], [], 0
+        for lo, hi in run["spans"]:
+            keep.append(b[at:lo])
+            at = hi
+        return b"".join(keep) + b[at:]
+    assert rest(new) == rest(old)

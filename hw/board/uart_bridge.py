@@ -18,6 +18,7 @@ Beats on the wire are little-endian and padded to whole bytes (:class:`Framing`)
 from __future__ import annotations
 
 import enum
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from amaranth import *
@@ -25,7 +26,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 __all__ = ["UartBridge", "Framing", "framing", "assign_opcodes", "Status", "OP_INFO", "OP_RESET",
-           "OP_FIRST_STREAM", "RESPONSE", "MAX_COUNT"]
+           "OP_FIRST_STREAM", "RESPONSE", "MAX_COUNT", "RX_GROUP", "SR_GROUP"]
 
 OP_INFO = 0x00
 OP_RESET = 0x01
@@ -35,6 +36,13 @@ OP_FIRST_STREAM = 0x02
 RESPONSE = 0x80
 #: Most beats one command can carry (its 16-bit count).
 MAX_COUNT = 0xFFFF
+
+
+#: Bytes of the receive register per enable group: each group has its own write strobe, byte
+#: register and copy enable (a flop each), so none of them drives more than ``8 * RX_GROUP`` bits.
+RX_GROUP = 16
+#: Bytes of an answer shift register per group: each group loads or shifts by a flop of its own.
+SR_GROUP = 8
 
 
 class Status(enum.IntFlag):
@@ -133,26 +141,48 @@ class UartBridge(wiring.Component):
 
     Each write stream has a buffer of one beat besides the receive register, so the component has a
     whole beat's time to take a beat before the next one is complete; a beat that finds the buffer
-    still full is dropped and reported (:attr:`Status.OVERRUN`). A command that stalls for
+    still full is dropped and reported (:attr:`Status.OVERRUN`). A command that stalls for about
     ``timeout`` cycles (the host stopped sending, a read stream gave no beat, a write beat was not
     taken) is abandoned and reported (:attr:`Status.TIMEOUT`), so a host that died in the middle of
     a command cannot leave the bridge out of step for the next one.
 
-    Structure and timing, so that no wide register has a decoded enable:
+    Structure and timing. The bridge runs at the UART's byte rate, so it spends cycles to keep every
+    path short in a chip where its wide registers spread over the die. What comes from outside
+    (``i``, ``o.ready``, a stream's ``valid``, ``ready`` or payload) reaches a few flops through one
+    look-up table (two for ``i.ready`` and a read stream's ``ready``, which also see the state), and
+    nothing wide depends on it before it is registered. Every enable of a wide register comes from
+    a flop of its own group of at most :data:`RX_GROUP` bytes (receive side) or :data:`SR_GROUP`
+    bytes (answer side), directly or through one look-up table with two control flops, so that it
+    can sit next to what it enables; the control state machine has a flop per state:
 
-    * each received byte of a write beat is written into its own byte slot of one receive register
-      shared by the write streams, in the cycle after it was accepted (the slot's enable is an AND
-      of two flops, a one-hot of the byte index's high and low bits); no byte moves once written;
-    * a beat whose last byte is accepted in cycle t is judged in t + 1: it is kept if the stream's
-      buffer is empty or being taken then and no earlier beat is on its way into it, else it is
-      dropped (OVERRUN); a kept beat is copied into the buffer in t + 2 (enable: one flop) and is
-      on the stream from t + 3. The answer to a write command follows once its last beat has left
-      the buffer;
-    * an answer is sent from one of two shift registers, each loaded in every cycle in which it is
-      not being sent and shifted in the cycle after one of its bytes was taken (enables: flops):
-      one holds the answer decided as the command's count arrives (``status`` sampled in that
-      cycle), the other a read beat, taken as the read stream offers it. Answer bytes can leave
-      back to back, as before; ``i`` never stalls.
+    * ``i.ready`` is a flop. A byte taken in cycle t is decoded in t + 1 (so the bridge takes at
+      most one byte every three cycles; a UART byte takes forty or more). The watchdog counts
+      cycles without a byte or read beat decoded; when it expires, the state machine abandons the
+      command in its next decision, and a byte taken meanwhile becomes the next command's opcode,
+      as it would have had it come after the timeout;
+    * a write byte decoded in t is written into its own byte slot of the receive register shared by
+      the write streams in t + 3 (``rx`` from t + 4): in t + 1 it is registered with one-hot
+      pointers to its slot (a group of :data:`RX_GROUP` slots and a slot within the group), in
+      t + 2 into the byte register and write strobe of its group, in t + 3 into its slot's enable,
+      a flop per slot. No byte moves once written;
+    * a beat whose last byte is decoded in t is judged in t + 1: it is kept if the stream's buffer
+      (its ``valid`` flop, which already reflects a take in t) is empty and no earlier beat is on
+      its way into it, else it is dropped (OVERRUN). A kept beat is copied from ``rx`` into the
+      buffer one group per cycle, from t + 4 on (each group's enable is a flop of a chain), and is
+      on the stream once its last group is copied. The answer to a write command follows once its
+      last beat has left the buffer. ``ready`` of a write stream only clears its ``valid`` flop;
+    * a read stream's ``ready`` is a flop, raised in LOAD; the handshake is registered, and the
+      beat is taken into a shift register that loads the stream's payload in every cycle in which
+      it holds nothing, so that it holds the beat of the handshake. The status word is taken the
+      same way, in the cycle in which the status command's count is decoded;
+    * the shift registers keep a valid flag per byte, moved with the bytes; the flag of a group's
+      first byte says whether the group holds anything, which is the group's load-or-shift select
+      and part of its enable. The ``INFO`` answer comes from a table read by a byte counter, the
+      answer's first byte from the opcode register;
+    * every answer byte goes through one output register (``o.valid``, ``o.payload``): a source
+      gives its next byte once the register is empty, and shifts in the following cycle. The
+      status byte that ends an answer takes the flags when it enters the output register, that is
+      once the answer's last byte has been taken.
 
     Parameters
     ----------
@@ -165,7 +195,8 @@ class UartBridge(wiring.Component):
     info : bytes
         Answer of ``INFO`` (at most 255 bytes), e.g. what the component was built for.
     timeout : int or None
-        Cycles after which a stalled command is abandoned; None waits forever.
+        Cycles after which a stalled command is abandoned (a few cycles more, see above); None
+        waits forever.
 
     Members
     -------
@@ -176,13 +207,14 @@ class UartBridge(wiring.Component):
     <write name> : Out(writes[name])
     <read name> : In(reads[name])
     status : In(status_bits)
-        Only with ``status_bits``; sampled in the cycle the status command is decoded.
+        Only with ``status_bits``; sampled in the cycle in which the status command's count is
+        decoded (the cycle after its last byte was taken).
     rx_error : In(1)
         Pulse from the receiver: a framing error or a lost byte (:attr:`Status.LINE`).
     soft_reset : Out(1)
-        One-cycle pulse on ``RESET``.
+        One-cycle pulse (from a flop) on ``RESET``, the cycle after its count was decoded.
     busy : Out(1)
-        A command is in progress.
+        A command is in progress or an answer byte has not left yet.
     flags : Out(4)
         The :class:`Status` bits collected since the last status byte.
     """
@@ -241,32 +273,33 @@ class UartBridge(wiring.Component):
         m = Module()
         fr = self.framings
         writes, reads = list(self._writes), list(self._reads)
-        info = self._info
+        rom = bytes([len(self._info)]) + self._info           # the INFO answer after its first byte
+        st_bytes = self.status_bytes
         in_bytes = max([fr[n].write_bytes for n in writes] or [1])
-        an_bytes = max(1 + self.status_bytes, 2 + len(info))
         rd_bytes = max([fr[n].read_bytes for n in reads] or [1])
 
-        # What the FSM branches on is registered: the opcode's kind and stream (decoded as the
-        # opcode arrives), ``count_lo == 0``, ``beats == 1``, the beat's last byte, the answer's
-        # last byte.
-        op = Signal(8)
-        is_info, is_reset, is_write, is_read, is_status = (Signal(name=f"is_{n}") for n in
+        # --- input: ``i.ready`` is a flop; a byte taken in cycle t is decoded in t + 1 -----------
+        in_rdy = Signal()
+        in_v = Signal()                                # ``in_byte`` was taken in the previous cycle
+        in_byte = Signal(8, reset_less=True)
+        take = self.i.valid & in_rdy
+        m.d.comb += self.i.ready.eq(in_rdy)
+        m.d.sync += in_v.eq(take)
+        with m.If(take):
+            m.d.sync += in_byte.eq(self.i.payload)
+
+        # What the state machine branches on is registered: the opcode's kind and stream (decoded as
+        # the opcode arrives), ``count_lo == 0``, ``beats == 1``, the beat's last byte.
+        op = Signal(8, reset_less=True)
+        is_info, is_reset, is_write, is_read, is_status = (Signal(name=f"is_{n}", reset_less=True) for n in
                                                            ("info", "reset", "write", "read", "status"))
-        which = Signal(range(max(2, len(writes), len(reads))))
-        count_lo = Signal(8)
-        lo_zero = Signal()                             # ``count_lo == 0``
-        beats = Signal(16)                             # beats still to come in this command
-        one_left = Signal()                            # ``beats == 1``
-        byte_idx = Signal(range(max(2, in_bytes)))
-        idx_last = Signal()                            # ``byte_idx`` is the beat's last byte
-        tx_left = Signal(range(max(an_bytes, rd_bytes) + 1))
-        tx_one = Signal()                              # ``tx_left == 1``
-        # In SEND, one of these flops (beside the FSM's state) says what is sent: ``an_sr``,
-        # ``rd_sr`` or ``fl_byte``.
-        tx_an, tx_rd, tx_fl = Signal(name="tx_an"), Signal(name="tx_rd"), Signal(name="tx_fl")
-        start_an, start_rd, start_fl = Signal(), Signal(), Signal()     # SEND starts in the next cycle
-        after = Signal(2)                              # what follows SEND
-        AFTER_IDLE, AFTER_STATUS, AFTER_LOAD = 0, 1, 2
+        which = Signal(range(max(2, len(writes), len(reads))), reset_less=True)
+        count_lo = Signal(8, reset_less=True)
+        lo_zero = Signal(reset_less=True)              # ``count_lo == 0``
+        beats = Signal(16, reset_less=True)            # beats still to come in this command
+        one_left = Signal(reset_less=True)             # ``beats == 1``
+        byte_idx = Signal(range(max(2, in_bytes)), reset_less=True)
+        idx_last = Signal(reset_less=True)             # ``byte_idx`` is the beat's last byte
         flags = Signal(4)
         set_flags = Signal(4)
         m.d.sync += flags.eq(flags | set_flags)
@@ -275,109 +308,238 @@ class UartBridge(wiring.Component):
         def raise_flag(status):
             m.d.comb += set_flags[status.value.bit_length() - 1].eq(1)
 
+        with m.If(self.rx_error):
+            raise_flag(Status.LINE)
+
         # --- receive: bytes written into their slots ---------------------------------------------
-        # A received byte is registered with its slot, decoded as one-hot ``byte_idx // 8`` and
-        # ``byte_idx % 8`` (``wb_lo`` zero: no byte), and written in the next cycle: each slot's
-        # enable is an AND of two flops, and no byte moves once written.
-        rx = Signal(8 * in_bytes)
-        wb_data = Signal(8)
-        wb_lo = Signal(8)
-        wb_hi = Signal(-(-in_bytes // 8))
-        m.d.sync += wb_lo.eq(0)
+        # Decoded in t: in t + 1 ``wr``, ``wb_byte`` and the slot's one-hot pointers ``col`` (slot
+        # within its group) and ``grp`` (the group), which then move on to the next slot; in t + 2
+        # the group's strobe ``wr_g`` and byte ``wb_g`` (``col_d`` is ``col`` one cycle later); in
+        # t + 3 the slot's enable ``wb_en``, a flop per slot.
+        cols = min(RX_GROUP, in_bytes)
+        groups = -(-in_bytes // cols)
+        rx = Signal(8 * in_bytes, reset_less=True)
+        wr, wb_byte = Signal(name="wr"), Signal(8, name="wb_byte", reset_less=True)
+        col, grp = Signal(cols, name="col", init=1, reset_less=True), Signal(groups, name="grp", init=1,
+                                                                             reset_less=True)
+        col_d = Signal(cols, name="col_d", reset_less=True)
+        # how the pointers move after t + 1
+        p_restart, p_next, p_group = (Signal(name=n) for n in ("p_restart", "p_next", "p_group"))
+        wr_g = [Signal(name=f"wr_g{g}", reset_less=True) for g in range(groups)]
+        wb_g = [Signal(8, name=f"wb_g{g}", reset_less=True) for g in range(groups)]
+        wb_en = Signal(in_bytes, reset_less=True)
+        m.d.sync += [wr.eq(0), p_restart.eq(0), p_next.eq(0), p_group.eq(0), col_d.eq(col)]
+        with m.If(p_restart):
+            m.d.sync += [col.eq(1), grp.eq(1)]
+        with m.Elif(p_next):
+            m.d.sync += col.eq(col.rotate_left(1))
+            with m.If(p_group):
+                m.d.sync += grp.eq(grp << 1)
+        for g in range(groups):
+            m.d.sync += wr_g[g].eq(wr & grp[g])
+            with m.If(wr & grp[g]):
+                m.d.sync += wb_g[g].eq(wb_byte)
         for s in range(in_bytes):
-            with m.If(wb_hi[s // 8] & wb_lo[s % 8]):
-                m.d.sync += rx[8 * s:8 * s + 8].eq(wb_data)
+            g, c = divmod(s, cols)
+            m.d.sync += wb_en[s].eq(wr_g[g] & col_d[c])
+            with m.If(wb_en[s]):
+                m.d.sync += rx[8 * s:8 * s + 8].eq(wb_g[g])
 
         # --- one buffered beat per write stream ------------------------------------------------
-        # A beat whose last byte was accepted in cycle t is in ``rx`` from t + 2. In t + 1
-        # (``<name>_done``) the beat is accepted if the buffer is empty or being taken and no beat
-        # is on its way into it; else it is lost (OVERRUN). In t + 2 (``<name>_go``, a flop, the
-        # buffer's only enable) ``rx`` is copied into the buffer.
-        last_1, last_2 = Signal(), Signal()            # ``last`` of the beat in t + 1, t + 2
-        m.d.sync += last_2.eq(last_1)
-        bufs, valids, dones, gos = {}, {}, {}, {}
+        # A beat whose last byte is decoded in t: ``<name>_done`` in t + 1 judges it against the
+        # buffer's ``valid`` flop and the beats on their way; ``<name>_keep`` in t + 2; then a chain
+        # of flops, one per group of ``rx``, whose flop g copies group g into the buffer in t + 4 + g;
+        # ``<name>_fill`` a cycle after the last sets ``valid``. ``<name>_copying`` covers the chain.
+        # ``last_4`` is the beat's ``last`` four cycles after its decoding, when group 0 is copied.
+        last_1, last_2, last_3, last_4 = (Signal(name=f"last_{k}", reset_less=True) for k in range(1, 5))
+        m.d.sync += [last_2.eq(last_1), last_3.eq(last_2), last_4.eq(last_3)]
+        valids, dones, keeps, copyings, fills = {}, {}, {}, {}, {}
         for name in writes:
             f, port = fr[name], getattr(self, name)
-            bufs[name] = buf = Signal(port.payload.shape(), name=f"{name}_buf")
+            buf = Signal(port.payload.shape(), name=f"{name}_buf", reset_less=True)
             valids[name] = valid = Signal(name=f"{name}_full")
             dones[name] = done = Signal(name=f"{name}_done")
-            gos[name] = go = Signal(name=f"{name}_go")
+            keeps[name] = keep = Signal(name=f"{name}_keep")
+            copyings[name] = copying = Signal(name=f"{name}_copying")
+            fills[name] = fill = Signal(name=f"{name}_fill")
+            chain = [Signal(name=f"{name}_go{g}") for g in range(-(-f.write_bytes // cols))]
             m.d.comb += [port.valid.eq(valid), port.payload.eq(buf)]
-            m.d.sync += [done.eq(0), go.eq(0)]
-            with m.If(port.valid & port.ready):
-                m.d.sync += valid.eq(0)
-            with m.If(done):
-                with m.If(~go & (~valid | port.ready)):
-                    m.d.sync += go.eq(1)
-                with m.Else():
-                    raise_flag(Status.OVERRUN)
-            with m.If(go):
-                d, u, last = _split(buf)
-                m.d.sync += [valid.eq(1), d.eq(rx[:f.data_bits])]
-                if u is not None:
-                    m.d.sync += u.eq(rx[f.data_bits:f.data_bits + f.user_bits])
-                if last is not None:
-                    m.d.sync += last.eq(last_2)
+            busy_w = valid | copying | fill
+            m.d.sync += [done.eq(0), keep.eq(done & ~busy_w & ~self.soft_reset)]
+            with m.If(done & busy_w):
+                raise_flag(Status.OVERRUN)
+            staged = Signal(name=f"{name}_staged")
+            m.d.sync += [staged.eq(keep), chain[0].eq(staged)]
+            m.d.sync += [chain[g].eq(chain[g - 1]) for g in range(1, len(chain))]
+            m.d.sync += [copying.eq((keep | copying & ~chain[-1]) & ~self.soft_reset),
+                         fill.eq(chain[-1] & copying & ~self.soft_reset)]
+            m.d.sync += valid.eq(~self.soft_reset & (fill | valid & ~port.ready))
+            d, u, last = _split(buf)
+            for g, go in enumerate(chain):
+                lo, hi = 8 * cols * g, 8 * cols * (g + 1)
+                with m.If(go):
+                    for field, base, width in ((d, 0, f.data_bits), (u, f.data_bits, f.user_bits)):
+                        a, b = max(lo, base), min(hi, base + width)
+                        if field is not None and a < b:
+                            m.d.sync += field[a - base:b - base].eq(rx[a:b])
+                    if g == 0 and last is not None:
+                        m.d.sync += last.eq(last_4)
 
         # The stream ``which`` had no beat in its buffer or on its way there in the previous cycle
         # (cleared as DRAIN is entered after a beat, so it never counts a beat still arriving).
         drained = Signal()
         if writes:
-            m.d.sync += drained.eq(Array(~valids[n] & ~dones[n] & ~gos[n] for n in writes)[which])
+            m.d.sync += drained.eq(Array(~(valids[n] | dones[n] | keeps[n] | copyings[n] | fills[n])
+                                         for n in writes)[which])
 
-        # --- transmit: two shift registers with registered enables ------------------------------
-        # Each is loaded in every cycle in which it is not being sent, so it holds what the cycle
-        # that started its sending loaded: ``an_sr`` the answer decided in COUNT_HI or DRAIN,
-        # ``rd_sr`` the read beat taken in LOAD. While sent it only shifts: a byte taken in cycle
-        # t is shifted out in t + 1 (``an_shift``, ``rd_shift``), so in that cycle the byte to
-        # send is the second one. ``fl_byte`` is the status byte.
-        an_sr = Signal(8 * an_bytes)
-        rd_sr = Signal(8 * rd_bytes)
-        fl_byte = Signal(4)
-        an_shift, rd_shift = Signal(), Signal()
-        an_byte = Mux(an_shift, an_sr[8:16], an_sr[:8]) if an_bytes > 1 else an_sr[:8]
-        rd_byte = Mux(rd_shift, rd_sr[8:16], rd_sr[:8]) if rd_bytes > 1 else rd_sr[:8]
-        m.d.sync += [an_shift.eq(tx_an & self.o.ready), rd_shift.eq(tx_rd & self.o.ready)]
+        # --- answer sources: shift registers, the INFO table, the opcode ------------------------
+        def shift_register(name, nbytes, fresh, loads, sh):
+            """A shift register of ``nbytes`` bytes with a valid flag per byte, of which byte 0 is sent.
+
+            While it holds nothing it loads ``fresh`` in every cycle. ``loads`` are ``(flop, n)``: a
+            flop set in the cycle after the one whose ``fresh`` is to be kept, which marks the first
+            ``n`` bytes valid. ``sh`` (a flop) shifts it by a byte. Each group of :data:`SR_GROUP`
+            bytes loads or shifts by the flag of its first byte."""
+            sr = Signal(8 * nbytes, name=f"{name}_sr", reset_less=True)
+            v = Signal(nbytes, name=f"{name}_v")
+            hold = Cat(*(c for c, _ in loads)).any()
+            for k in range(nbytes):
+                ld = Cat(*(c for c, n in loads if k < n)).any()
+                m.d.sync += v[k].eq(ld | Mux(sh, v[k + 1] if k + 1 < nbytes else 0, v[k]))
+            shifted = Cat(sr[8:], sr[-8:])             # the top byte's new value is never valid
+            for g in range(0, nbytes, SR_GROUP):
+                live = v[g]
+                lo, hi = 8 * g, 8 * min(g + SR_GROUP, nbytes)
+                with m.If(~live & ~hold | sh):
+                    m.d.sync += sr[lo:hi].eq(Mux(live, shifted[lo:hi], fresh[lo:hi]))
+            return sr[:8]
+
+        # The answer's first byte comes from the opcode (state HEAD), the status byte from the flags
+        # (state STATUS), the bytes between them from one of ``sources`` (state SEND, ``src``).
+        SRC_INFO, SRC_STATUS, SRC_READ = range(3)
+        src = Signal(3, name="src")                    # one-hot: where SEND's bytes come from
+        ov, ob = Signal(name="ov"), Signal(8, name="ob", reset_less=True)     # the output register
+        load = Signal(name="load")                     # a source's byte enters the output register
+        load_head, load_flags = Signal(name="load_head"), Signal(name="load_flags")
+        m.d.comb += [load.eq(~ov & src.any()), self.o.valid.eq(ov), self.o.payload.eq(ob)]
+        sources = [C(0, 8)] * 3
+
+        info_idx = Signal(range(len(rom) + 1))
+        info_q = Signal(8, reset_less=True)
+        m.d.sync += info_q.eq(Array(C(b, 8) for b in rom)[info_idx] if len(rom) > 1 else rom[0])
+        with m.If(load & src[SRC_INFO]):
+            m.d.sync += info_idx.eq(info_idx + 1)
+        sources[SRC_INFO] = info_q
+
+        ld_status = Signal()
+        if st_bytes:
+            st_sh = Signal()
+            m.d.sync += st_sh.eq(load & src[SRC_STATUS])
+            # Padding bits load ``ld_status``, which is 0 whenever they load: no constant makes
+            # synthesis turn a bit's load into a reset from a second look-up table.
+            fresh = Cat(self.status, ld_status.replicate(8 * st_bytes - self._status_bits))
+            sources[SRC_STATUS] = shift_register("st", st_bytes, fresh, [(ld_status, st_bytes)], st_sh)
+
+        # A read stream's ``ready`` (``<name>_rdy``) is a flop, raised while LOAD wants a beat
+        # (``rd_arm``) and dropped after a handshake, which ``<name>_got`` registers.
+        rd_arm = Signal(name="rd_arm")
+        rdys, gots = {}, {}
+        for k, name in enumerate(reads):
+            port = getattr(self, name)
+            rdys[name] = rdy = Signal(name=f"{name}_rdy")
+            gots[name] = got = Signal(name=f"{name}_got")
+            shake = port.valid & rdy
+            sel = (which == k) if len(reads) > 1 else 1
+            m.d.comb += port.ready.eq(rdy)
+            m.d.sync += [rdy.eq(rd_arm & sel & ~shake), got.eq(shake)]
+        got_any = Cat(*gots.values()).any()
+        rdy_any = Cat(*rdys.values()).any()
+        if reads:
+            wires = []
+            for name in reads:
+                f, port = fr[name], getattr(self, name)
+                d, u, last = _split(port.payload)
+                tail = Cat(*(v for v in (u, last) if v is not None))
+                # padding: ``got_any``, 0 whenever it loads (as for the status word)
+                wires.append(Cat(d, got_any.replicate(8 * f.data_bytes - f.data_bits), tail,
+                                 got_any.replicate(8 * rd_bytes)))
+            beat = Array(wires)[which] if len(wires) > 1 else wires[0]
+            rd_sh = Signal()
+            m.d.sync += rd_sh.eq(load & src[SRC_READ])
+            sources[SRC_READ] = shift_register("rd", rd_bytes, beat,
+                                               [(gots[n], fr[n].read_bytes) for n in reads], rd_sh)
+
+        with m.If(load):
+            byte = 0
+            for k, source in enumerate(sources):
+                byte = byte | Mux(src[k], source, 0)
+            m.d.sync += ob.eq(byte)
+        with m.If(load_head):
+            m.d.sync += ob.eq(op | RESPONSE)
+        m.d.sync += ov.eq(load | load_head | load_flags | ov & ~self.o.ready)
 
         # --- watchdog --------------------------------------------------------------------------
         waiting = Signal()
         expired = Signal()
-        accepting, loading = Signal(), Signal()        # in COUNT_LO, COUNT_HI or RECV; in LOAD
         if self._timeout is not None:
             # ``expired`` is a register, set as ``quiet`` reaches ``timeout`` and held until the
             # command moves or ends (``quiet`` then stays at ``timeout``). It is computed on ``quiet``
-            # itself (``timeout - 1``), not on its next value, so no adder feeds it. A byte or read
-            # beat offered while the bridge takes one counts as a move without ``expired`` (which
-            # only ends the command: the state after it restarts the count anyway).
+            # itself (``timeout - 1``), not on its next value, so no adder feeds it. A move is a byte
+            # or a read beat being decoded (both registered).
             quiet = Signal(range(self._timeout + 1))
-            moved = Signal()
-            m.d.comb += moved.eq(self.i.valid & accepting)
-            for k, name in enumerate(reads):
-                port = getattr(self, name)
-                with m.If(port.valid & loading & ((which == k) if len(reads) > 1 else 1)):
-                    m.d.comb += moved.eq(1)
+            moved = in_v | got_any
             with m.If(~waiting | moved):
                 m.d.sync += [quiet.eq(0), expired.eq(0)]
             with m.Elif(~expired):
                 m.d.sync += [quiet.eq(quiet + 1), expired.eq(quiet == self._timeout - 1)]
 
-        def answer(nbytes, then, *, rd=False, fl=False):
-            """Send ``nbytes`` bytes of ``rd_sr`` (``rd``), ``fl_byte`` (``fl``) or ``an_sr``, least
-            significant first, then go to ``then``."""
-            m.d.comb += (start_rd if rd else start_fl if fl else start_an).eq(1)
-            m.d.sync += [tx_left.eq(nbytes),
-                         tx_one.eq(nbytes == 1), after.eq(then)]
-            m.next = "SEND"
+        # --- control -----------------------------------------------------------------------------
+        # A state machine with a flop per state (``st_<name>``, one-hot), so that every test of the
+        # state is a flop: ``state(name)`` opens a state's branch and ``goto(name)`` is a transition
+        # from it. ``acc`` (a flop) is set while the state accepts bytes; ``i.ready`` rises in the
+        # cycle after one in which it was set and no byte was taken or decoded, so a byte taken is
+        # always decoded in an accepting state. A read stream's ``ready`` rises while LOAD has no
+        # beat and the watchdog has not expired (``rd_arm``).
+        STATES = ("IDLE", "COUNT_LO", "COUNT_HI", "RECV", "DRAIN", "LOAD", "HEAD", "SEND", "STATUS")
+        ACCEPTING = ("IDLE", "COUNT_LO", "COUNT_HI", "RECV")
+        st = {n: Signal(name=f"st_{n.lower()}", init=n == "IDLE") for n in STATES}
+        nxt = {n: Signal(name=f"nxt_{n.lower()}") for n in STATES}
+        acc = Signal(name="acc", init=1)
+        m.d.comb += [nxt[n].eq(st[n]) for n in STATES]
+        m.d.sync += [st[n].eq(nxt[n]) for n in STATES]
+        m.d.sync += [acc.eq(Cat(*(nxt[n] for n in ACCEPTING)).any()), in_rdy.eq(acc & ~in_v & ~take)]
+        m.d.comb += rd_arm.eq(st["LOAD"] & ~got_any & ~expired)
+        here = []
 
-        def header():
-            return op | RESPONSE
+        @contextmanager
+        def state(name):
+            here[:] = [name]
+            with m.If(st[name]):
+                yield
+
+        def goto(name):
+            m.d.comb += [nxt[here[0]].eq(0), nxt[name].eq(1)]
+
+        tx_left = Signal(range(max(1, len(rom), st_bytes, rd_bytes) + 1), reset_less=True)
+        tx_one = Signal(reset_less=True)               # ``tx_left == 1``
+        more = Signal(reset_less=True)                 # SEND is followed by LOAD, not STATUS
+        after = Signal(2, reset_less=True)             # what follows HEAD
+        AFTER_STATUS, AFTER_LOAD, AFTER_INFO, AFTER_ST = range(4)
+        m.d.sync += [ld_status.eq(0), self.soft_reset.eq(0)]
+
+        def head(then):
+            """Send the answer's first byte, then go on as ``then`` says."""
+            m.d.sync += after.eq(then)
+            goto("HEAD")
+
+        def send(nbytes, source, then_load=0):
+            """Send ``nbytes`` bytes from ``source``, then go to LOAD (``then_load``) or STATUS."""
+            m.d.sync += [tx_left.eq(nbytes), tx_one.eq(nbytes == 1), more.eq(then_load), src.eq(1 << source)]
+            goto("SEND")
 
         def give_up():
             raise_flag(Status.TIMEOUT)
-            m.next = "IDLE"
-
-        with m.If(self.rx_error):
-            raise_flag(Status.LINE)
+            goto("IDLE")
 
         # Whether a beat of the write stream ``which`` has one byte (``one_byte``), and whether
         # ``byte_idx`` is its last byte but one (``before_end``).
@@ -386,146 +548,122 @@ class UartBridge(wiring.Component):
         before_end = Array(byte_idx == max(nb - 2, 0) for nb in nbs)[which] if len(nbs) > 1 \
             else byte_idx == max(nbs[0] - 2, 0)
 
-        with m.FSM(name="bridge") as fsm:
-            with m.State("IDLE"):
-                m.d.comb += self.i.ready.eq(1)
-                with m.If(self.i.valid):
-                    b = self.i.payload
-                    m.d.sync += [op.eq(b), is_info.eq(b == OP_INFO), is_reset.eq(b == OP_RESET),
-                                 is_write.eq(0), is_read.eq(0), is_status.eq(0)]
+        with state("IDLE"):
+            with m.If(in_v):
+                b = in_byte
+                m.d.sync += [op.eq(b), is_info.eq(b == OP_INFO), is_reset.eq(b == OP_RESET),
+                             is_write.eq(0), is_read.eq(0), is_status.eq(0)]
+                for k, name in enumerate(writes):
+                    with m.If(b == self._ops[name]):
+                        m.d.sync += [is_write.eq(1), which.eq(k)]
+                for k, name in enumerate(reads):
+                    with m.If(b == self._ops[name]):
+                        m.d.sync += [is_read.eq(1), which.eq(k)]
+                if self._status_bits:
+                    m.d.sync += is_status.eq(b == self._ops["status"])
+                goto("COUNT_LO")
+        with state("COUNT_LO"):
+            with m.If(in_v):
+                m.d.sync += [count_lo.eq(in_byte), lo_zero.eq(in_byte == 0)]
+                goto("COUNT_HI")
+            with m.Elif(expired):
+                give_up()
+        with state("COUNT_HI"):
+            n = Cat(count_lo, in_byte)
+            n_zero = lo_zero & (in_byte == 0)
+            with m.If(in_v):
+                m.d.sync += [beats.eq(n), one_left.eq(n == 1), byte_idx.eq(0), idx_last.eq(one_byte),
+                             p_restart.eq(1)]
+                with m.If(is_info):
+                    m.d.sync += info_idx.eq(0)
+                    head(AFTER_INFO)
+                with m.Elif(is_reset):
+                    m.d.sync += self.soft_reset.eq(1)
+                    head(AFTER_STATUS)
+                with m.Elif(is_write):
+                    with m.If(n_zero):
+                        goto("DRAIN")
+                    with m.Else():
+                        goto("RECV")
+                with m.Elif(is_read):
+                    head(Mux(n_zero, AFTER_STATUS, AFTER_LOAD))
+                with m.Elif(is_status):
+                    m.d.sync += ld_status.eq(1)
+                    head(AFTER_ST)
+                with m.Else():
+                    raise_flag(Status.BAD_OP)
+                    head(AFTER_STATUS)
+            with m.Elif(expired):
+                give_up()
+        with state("RECV"):
+            with m.If(in_v):
+                m.d.sync += [wr.eq(1), wb_byte.eq(in_byte)]
+                with m.If(idx_last):
+                    m.d.sync += [byte_idx.eq(0), idx_last.eq(one_byte), p_restart.eq(1),
+                                 beats.eq(beats - 1), one_left.eq(beats == 2), last_1.eq(one_left)]
                     for k, name in enumerate(writes):
-                        with m.If(b == self._ops[name]):
-                            m.d.sync += [is_write.eq(1), which.eq(k)]
-                    for k, name in enumerate(reads):
-                        with m.If(b == self._ops[name]):
-                            m.d.sync += [is_read.eq(1), which.eq(k)]
-                    if self._status_bits:
-                        m.d.sync += is_status.eq(b == self._ops["status"])
-                    m.next = "COUNT_LO"
-            with m.State("COUNT_LO"):
-                m.d.comb += waiting.eq(1)
-                with m.If(expired):
-                    give_up()
+                        m.d.sync += dones[name].eq(which == k)
+                    with m.If(one_left):
+                        m.d.sync += drained.eq(0)
+                        goto("DRAIN")
                 with m.Else():
-                    m.d.comb += self.i.ready.eq(1)
-                    with m.If(self.i.valid):
-                        m.d.sync += [count_lo.eq(self.i.payload), lo_zero.eq(self.i.payload == 0)]
-                        m.next = "COUNT_HI"
-            with m.State("COUNT_HI"):
-                m.d.comb += waiting.eq(1)
-                n = Cat(count_lo, self.i.payload)
-                n_zero = lo_zero & (self.i.payload == 0)
-                with m.If(expired):
-                    give_up()
-                with m.Else():
-                    m.d.comb += self.i.ready.eq(1)
-                    with m.If(self.i.valid):
-                        m.d.sync += [beats.eq(n), one_left.eq(n == 1), byte_idx.eq(0),
-                                     idx_last.eq(one_byte)]
-                        with m.If(is_info):
-                            answer(2 + len(info), AFTER_STATUS)
-                        with m.Elif(is_reset):
-                            m.d.comb += self.soft_reset.eq(1)
-                            m.d.sync += [valid.eq(0) for valid in valids.values()]
-                            m.d.sync += [done.eq(0) for done in dones.values()]
-                            m.d.sync += [go.eq(0) for go in gos.values()]
-                            answer(1, AFTER_STATUS)
-                        with m.Elif(is_write):
-                            with m.If(n_zero):
-                                m.next = "DRAIN"
-                            with m.Else():
-                                m.next = "RECV"
-                        with m.Elif(is_read):
-                            answer(1, Mux(n_zero, AFTER_STATUS, AFTER_LOAD))
-                        with m.Elif(is_status):
-                            answer(1 + self.status_bytes, AFTER_STATUS)
-                        with m.Else():
-                            raise_flag(Status.BAD_OP)
-                            answer(1, AFTER_STATUS)
-            with m.State("RECV"):
-                m.d.comb += waiting.eq(1)
-                with m.If(expired):
-                    give_up()
-                with m.Else():
-                    m.d.comb += self.i.ready.eq(1)
-                    with m.If(self.i.valid):
-                        m.d.sync += [wb_data.eq(self.i.payload),
-                                     wb_lo.eq(C(1, 8) << byte_idx[:3]),
-                                     wb_hi.eq(C(1, len(wb_hi)) << byte_idx[3:])]
-                        with m.If(idx_last):
-                            m.d.sync += [byte_idx.eq(0), idx_last.eq(one_byte),
-                                         beats.eq(beats - 1), one_left.eq(beats == 2),
-                                         last_1.eq(one_left)]
-                            for k, name in enumerate(writes):
-                                m.d.sync += dones[name].eq(which == k)
-                            with m.If(one_left):
-                                m.d.sync += drained.eq(0)
-                                m.next = "DRAIN"
-                        with m.Else():
-                            m.d.sync += [byte_idx.eq(byte_idx + 1),
-                                         idx_last.eq(before_end)]
-            with m.State("DRAIN"):
-                # The command's last beat has arrived; answer once it has been taken.
-                m.d.comb += waiting.eq(1)
-                with m.If(expired):
-                    give_up()
-                with m.Else():
-                    with m.If(drained):
-                        answer(1, AFTER_STATUS)
-            with m.State("LOAD"):
-                m.d.comb += waiting.eq(1)
-                with m.If(expired):
-                    give_up()
-                with m.Else():
+                    m.d.sync += [byte_idx.eq(byte_idx + 1), idx_last.eq(before_end), p_next.eq(1)]
+                    if groups > 1:                 # then ``cols`` is RX_GROUP, a power of two
+                        m.d.sync += p_group.eq((byte_idx & (cols - 1)) == cols - 1)
+            with m.Elif(expired):
+                give_up()
+        with state("DRAIN"):
+            # The command's last beat has arrived; answer once it has been taken.
+            with m.If(expired):
+                give_up()
+            with m.Elif(drained):
+                head(AFTER_STATUS)
+        with state("LOAD"):
+            # Wait for a beat of the read stream ``which``: its ``ready`` is raised from the
+            # next cycle (``rd_arm``); an expired watchdog first drops it, then gives up, so
+            # that no beat is taken that nobody sends.
+            with m.If(got_any):
+                m.d.sync += [beats.eq(beats - 1), one_left.eq(beats == 2)]
+                if len(reads) > 1:
                     with m.Switch(which):
                         for k, name in enumerate(reads):
-                            port = getattr(self, name)
                             with m.Case(k):
-                                m.d.comb += port.ready.eq(1)
-                                with m.If(port.valid):
-                                    m.d.sync += [beats.eq(beats - 1), one_left.eq(beats == 2)]
-                                    answer(fr[name].read_bytes, Mux(one_left, AFTER_STATUS, AFTER_LOAD),
-                                           rd=True)
-            with m.State("SEND"):
-                with m.If(self.o.ready):
-                    m.d.sync += [tx_left.eq(tx_left - 1), tx_one.eq(tx_left == 2)]
-                    with m.If(tx_one):
-                        with m.Switch(after):
-                            with m.Case(AFTER_IDLE):
-                                m.next = "IDLE"
-                            with m.Case(AFTER_STATUS):
-                                m.next = "STATUS"
-                            with m.Case(AFTER_LOAD):
-                                m.next = "LOAD"
-            with m.State("STATUS"):
-                # The status byte: the flags collected so far, which start again from here.
-                m.d.sync += [flags.eq(set_flags), fl_byte.eq(flags | set_flags)]
-                answer(1, AFTER_IDLE, fl=True)
+                                send(fr[name].read_bytes, SRC_READ, ~one_left)
+                else:
+                    send(fr[reads[0]].read_bytes, SRC_READ, ~one_left)
+            with m.Elif(expired & ~rdy_any):
+                give_up()
+        with state("HEAD"):
+            # The answer's first byte, once the output register is free.
+            with m.If(~ov):
+                m.d.comb += load_head.eq(1)
+                with m.Switch(after):
+                    with m.Case(AFTER_STATUS):
+                        goto("STATUS")
+                    with m.Case(AFTER_LOAD):
+                        goto("LOAD")
+                    with m.Case(AFTER_INFO):
+                        send(len(rom), SRC_INFO)
+                    if st_bytes:
+                        with m.Case(AFTER_ST):
+                            send(st_bytes, SRC_STATUS)
+        with state("SEND"):
+            with m.If(load):
+                m.d.sync += [tx_left.eq(tx_left - 1), tx_one.eq(tx_left == 2)]
+                with m.If(tx_one):
+                    m.d.sync += src.eq(0)
+                    with m.If(more):
+                        goto("LOAD")
+                    with m.Else():
+                        goto("STATUS")
+        with state("STATUS"):
+            # The status byte, once the output register is free: the flags collected so far,
+            # which start again from here.
+            with m.If(~ov):
+                m.d.comb += load_flags.eq(1)
+                m.d.sync += [flags.eq(set_flags), ob.eq(flags | set_flags)]
+                goto("IDLE")
 
-        # ``an_en`` and ``rd_en`` are the registers' enables, as flops of their own: while the
-        # register is not being sent (load) or one cycle after a byte of it was taken (shift).
-        sent_last = self.o.ready & tx_one
-        an_next, rd_next = start_an | tx_an & ~sent_last, start_rd | tx_rd & ~sent_last
-        an_en, rd_en = Signal(init=1), Signal(init=1)
-        m.d.sync += [tx_an.eq(an_next), tx_rd.eq(rd_next), tx_fl.eq(start_fl | tx_fl & ~sent_last),
-                     an_en.eq(~an_next | tx_an & self.o.ready), rd_en.eq(~rd_next | tx_rd & self.o.ready)]
-        m.d.comb += [self.o.valid.eq(tx_an | tx_rd | tx_fl),
-                     self.o.payload.eq(Mux(tx_rd, rd_byte, Mux(tx_fl, fl_byte, an_byte)))]
-        body = Mux(is_info, C(len(info) | int.from_bytes(info, "little") << 8, 8 + 8 * len(info)), 0)
-        if self._status_bits:
-            body = body | Mux(is_status, self.status, 0)
-        with m.If(an_en):
-            m.d.sync += an_sr.eq(Mux(tx_an, an_sr >> 8, Cat(header(), body)))
-        wires = []
-        for name in reads:
-            f, port = fr[name], getattr(self, name)
-            d, u, last = _split(port.payload)
-            tail = Cat(*(v for v in (u, last) if v is not None))
-            wires.append(Cat(d, C(0, 8 * f.data_bytes - f.data_bits), tail))
-        if wires:
-            beat = Array(wires)[which] if len(wires) > 1 else wires[0]
-            with m.If(rd_en):
-                m.d.sync += rd_sr.eq(Mux(tx_rd, rd_sr >> 8, beat))
-        m.d.comb += [self.busy.eq(~fsm.ongoing("IDLE")), loading.eq(fsm.ongoing("LOAD")),
-                     accepting.eq(fsm.ongoing("COUNT_LO") | fsm.ongoing("COUNT_HI") | fsm.ongoing("RECV"))]
+        m.d.comb += [self.busy.eq(~st["IDLE"] | ov),
+                     waiting.eq(st["COUNT_LO"] | st["COUNT_HI"] | st["RECV"] | st["DRAIN"] | st["LOAD"])]
         return m
