@@ -123,8 +123,11 @@ MUTANTS = [
     _m("rob-head-skips", "reorder-buffer head pointer advances by 2",
        "hw/lib/reorder_buffer.py", "self.head.eq(self.head + 1)", "self.head.eq(self.head + 2)",
        f"{_F}[reorder_buffer_order]", "tests/test_reorder_buffer_sim.py"),
-    _m("rob-overwrite", "reorder buffer accepts a result into an occupied slot",
+    _m("rob-overwrite", "reorder buffer accepts a result into an occupied slot (and loses it)",
        "hw/lib/reorder_buffer.py", "self.i.ready.eq(~full.bit_select(self.i.p.tag, 1))", "self.i.ready.eq(1)",
+       "tests/test_reorder_buffer_sim.py"),
+    _m("rob-slot-loads-when-full", "reorder buffer: a full slot still loads the input, so a row "
+       "changes while it waits on o", "hw/lib/reorder_buffer.py", "with m.If(~full[n]):", "with m.If(1):",
        f"{_F}[handshake_reorder_buffer]", "tests/test_reorder_buffer_sim.py"),
     _m("sum-bits-no-sign", "accumulator widths without the sign bit (sw/golden/quant.py sum_bits)",
        "sw/golden/quant.py", "bit_length() + 1", "bit_length()",

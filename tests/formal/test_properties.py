@@ -27,7 +27,7 @@ def test_property(prop):
 #: (property, planted bug, words of the assertion that must fail)
 TWINS = [
     ("handshake_dispatcher", "dispatcher-static-no-hold", "valid and payload held until ready"),
-    ("handshake_reorder_buffer", "rob-overwrite", "valid and payload held until ready"),
+    ("handshake_reorder_buffer", "rob-slot-loads-when-full", "valid and payload held until ready"),
     ("handshake_replay_cache", "cache-read-no-hold", "valid and payload held until ready"),
     ("dispatcher_drs", "dispatcher-last-chunk", "accepted only when its holder is empty"),
     ("dispatcher_drs", "dispatcher-drs-skips-last-core", "goes out when a core is ready"),
@@ -73,5 +73,5 @@ def test_cover(prop):
 
 
 #: Cycles needed to reach every cover statement (default 12).
-COVER_DEPTH = {"reorder_buffer_order": 16, "row_out_rows": 26, "tas_group_order": 16,
-               "handshake_accelerator": 14}
+COVER_DEPTH = {"reorder_buffer_order": 16, "row_out_rows": 26, "tas_group_order": 18,
+               "handshake_accelerator": 18}
