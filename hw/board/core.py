@@ -187,8 +187,8 @@ class BoardCore(wiring.Component):
             status_bits=len(names) * COUNTER_BITS, info=info_bytes(cfg), timeout=self._timeout)
         # The accelerator runs in its own domain on the same clock, whose only reset is one
         # flip-flop: set while ``sync`` is in reset and for one cycle, two cycles after the bridge's
-        # ``soft_reset`` (a flop itself). Its ~25,000 loads (``python -m hw.flow.fanout``) then hang off a single registered
-        # net on a global buffer, not off a LUT that ORs two resets.
+        # ``soft_reset`` (a flop itself). Its ~25,000 loads (``python -m hw.flow.fanout``) then hang
+        # off a single registered net on a global buffer, not off a LUT that ORs two resets.
         # Two flip-flops: the second has only the buffer as its load, so the placer can put it
         # beside the DCCA (one flop was placed 93 tiles from it, 8.7 ns in the estimate).
         accel_rst_0 = Signal(init=1)
