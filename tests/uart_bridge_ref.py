@@ -3,74 +3,23 @@ replicated (``hw/board/uart_bridge.py`` at commit 67d2556), kept unchanged as th
 ``tests/test_uart_bridge_sim.py`` compares the current :class:`hw.board.uart_bridge.UartBridge`
 against: the same bytes in, with random gaps and backpressure, must give the same bytes out.
 
-Only the class is kept; the protocol helpers (framing, opcodes, status bits) are the current module's,
-which did not change.
+Only the old ``elaborate`` is kept; the constructor, the protocol helpers (framing, opcodes, status
+bits) are the current module's, which did not change.
 """
 
 from __future__ import annotations
 
 from amaranth import *
-from amaranth.lib import stream, wiring
-from amaranth.lib.wiring import In, Out
 
-from hw.board.uart_bridge import OP_INFO, OP_RESET, RESPONSE, Framing, Status, _split, assign_opcodes, framing
+from hw.board.uart_bridge import OP_INFO, OP_RESET, RESPONSE, Status, UartBridge, _split
 
 __all__ = ["ReferenceBridge"]
 
 
-class ReferenceBridge(wiring.Component):
+class ReferenceBridge(UartBridge):
     """The bridge as it was before its control paths were registered (commit 67d2556); see the
-    module docstring."""
-
-    def __init__(self, writes: dict, reads: dict, *, status_bits: int = 0, info: bytes = b"",
-                 timeout: int | None = None):
-        reserved = {"i", "o", "status", "rx_error", "soft_reset", "busy", "flags", "info", "reset"}
-        for name, sig in (*writes.items(), *reads.items()):
-            if name in reserved or not name.isidentifier():
-                raise ValueError(f"stream name {name!r} is reserved or not an identifier")
-            if not isinstance(sig, stream.Signature):
-                raise TypeError(f"stream {name!r}: expected a stream.Signature, not {sig!r}")
-        if set(writes) & set(reads):
-            raise ValueError(f"streams {sorted(set(writes) & set(reads))} are both written and read")
-        if not isinstance(status_bits, int) or status_bits < 0:
-            raise ValueError(f"status_bits must be a non-negative integer, not {status_bits!r}")
-        info = bytes(info)
-        if len(info) > 255:
-            raise ValueError(f"info is {len(info)} bytes; at most 255 fit its length byte")
-        if timeout is not None and (not isinstance(timeout, int) or timeout < 1):
-            raise ValueError(f"timeout must be a positive number of cycles or None, not {timeout!r}")
-        self._writes, self._reads = dict(writes), dict(reads)
-        self._status_bits, self._info, self._timeout = status_bits, info, timeout
-        self._ops = assign_opcodes(writes, reads, bool(status_bits))
-        members = {"i": In(stream.Signature(8)), "o": Out(stream.Signature(8))}
-        members.update({name: Out(sig) for name, sig in writes.items()})
-        members.update({name: In(sig) for name, sig in reads.items()})
-        if status_bits:
-            members["status"] = In(status_bits)
-        members.update({"rx_error": In(1), "soft_reset": Out(1), "busy": Out(1), "flags": Out(4)})
-        super().__init__(members)
-
-    @property
-    def opcodes(self) -> dict[str, int]:
-        """Opcode of every command: ``info``, ``reset``, each stream by name, ``status``."""
-        return dict(self._ops)
-
-    @property
-    def framings(self) -> dict[str, Framing]:
-        """The :class:`Framing` of every stream by name."""
-        return {name: framing(sig) for name, sig in (*self._writes.items(), *self._reads.items())}
-
-    @property
-    def status_bytes(self) -> int:
-        return -(-self._status_bits // 8)
-
-    @property
-    def info(self) -> bytes:
-        return self._info
-
-    @property
-    def timeout(self) -> int | None:
-        return self._timeout
+    module docstring. Its constructor, members and properties are the current bridge's, which did
+    not change; only :meth:`elaborate` is the old one."""
 
     def elaborate(self, platform):
         m = Module()

@@ -49,10 +49,8 @@ import argparse
 import collections
 import json
 import math
-import os
 import re
 import sys
-import tempfile
 import time
 from array import array
 from dataclasses import dataclass, field
@@ -872,19 +870,12 @@ def _at(xy):
 
 def write_json(report, path, *, force=False):
     """Write ``report`` to ``path`` through a temporary file; refuse to replace a file without ``force``."""
+    from hw.flow.synth import write_report
+
     path = Path(path)
     if path.exists() and not force:
         raise TimingError(f"{path}: exists; use --force to replace it")
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        os.chmod(fd, 0o644)
-        with os.fdopen(fd, "w") as f:
-            json.dump(report, f, indent=1)
-            f.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+    write_report(report, path)
 
 
 def main(argv=None):
