@@ -206,7 +206,12 @@ class BoardCore(wiring.Component):
             wiring.connect(m, getattr(bridge, name), getattr(accel, name))
         counters = [accel.core_busy[int(n.rsplit("_", 1)[1])] if n.startswith("core_busy_")
                     else getattr(accel, n) for n in names]
-        m.d.comb += bridge.status.eq(Cat(*counters))
+        # The status word reaches the bridge through a register of its own (no enable), so that
+        # the counters can sit beside the accelerator's events and the bridge's status shift
+        # register beside the bridge: the snapshot is the counters of the cycle before.
+        status_q = Signal(len(Cat(*counters)), name="status_q", reset_less=True)
+        m.d.sync += status_q.eq(Cat(*counters))
+        m.d.comb += bridge.status.eq(status_q)
 
         # --- status LEDs ------------------------------------------------------------------------
         hold = self._hold_bits

@@ -396,22 +396,29 @@ class UartBridge(wiring.Component):
         def shift_register(name, nbytes, fresh, loads, sh):
             """A shift register of ``nbytes`` bytes with a valid flag per byte, of which byte 0 is sent.
 
-            While it holds nothing it loads ``fresh`` in every cycle. ``loads`` are ``(flop, n)``: a
-            flop set in the cycle after the one whose ``fresh`` is to be kept, which marks the first
-            ``n`` bytes valid. ``sh`` (a flop) shifts it by a byte. Each group of :data:`SR_GROUP`
-            bytes loads or shifts by the flag of its first byte."""
+            While it holds nothing it loads ``fresh`` in every cycle. ``loads`` are ``(flop, d, n)``:
+            a flop (whose next value is ``d``) set in the cycle after the one whose ``fresh`` is to
+            be kept, which marks the first ``n`` bytes valid. ``sh`` is ``(flop, d)``: the flop
+            shifts it by a byte. Each group of :data:`SR_GROUP` bytes loads or shifts by an enable
+            flop of its own, computed a cycle ahead from the next values of its first byte's flag,
+            the loads and the shift, so that no load flop drives a group's enables through logic."""
+            sh, sh_n = sh
             sr = Signal(8 * nbytes, name=f"{name}_sr", reset_less=True)
             v = Signal(nbytes, name=f"{name}_v")
-            hold = Cat(*(c for c, _ in loads)).any()
+            v_n = Signal(nbytes, name=f"{name}_v_next")
+            hold_n = Cat(*(d for _, d, _ in loads)).any()
             for k in range(nbytes):
-                ld = Cat(*(c for c, n in loads if k < n)).any()
-                m.d.sync += v[k].eq(ld | Mux(sh, v[k + 1] if k + 1 < nbytes else 0, v[k]))
+                ld = Cat(*(c for c, _, n in loads if k < n)).any()
+                m.d.comb += v_n[k].eq(ld | Mux(sh, v[k + 1] if k + 1 < nbytes else 0, v[k]))
+            m.d.sync += v.eq(v_n)
             shifted = Cat(sr[8:], sr[-8:])             # the top byte's new value is never valid
             for g in range(0, nbytes, SR_GROUP):
-                live = v[g]
+                # ``en`` equals ``~v[g] & ~hold | sh`` of its cycle (1 in reset, when all are 0).
+                en = Signal(name=f"{name}_en{g // SR_GROUP}", init=1)
+                m.d.sync += en.eq(~v_n[g] & ~hold_n | sh_n)
                 lo, hi = 8 * g, 8 * min(g + SR_GROUP, nbytes)
-                with m.If(~live & ~hold | sh):
-                    m.d.sync += sr[lo:hi].eq(Mux(live, shifted[lo:hi], fresh[lo:hi]))
+                with m.If(en):
+                    m.d.sync += sr[lo:hi].eq(Mux(v[g], shifted[lo:hi], fresh[lo:hi]))
             return sr[:8]
 
         # The answer's first byte comes from the opcode (state HEAD), the status byte from the flags
@@ -431,24 +438,27 @@ class UartBridge(wiring.Component):
             m.d.sync += info_idx.eq(info_idx + 1)
         sources[SRC_INFO] = info_q
 
-        ld_status = Signal()
+        ld_status, ld_status_n = Signal(), Signal()
+        m.d.sync += ld_status.eq(ld_status_n)
         if st_bytes:
-            st_sh = Signal()
-            m.d.sync += st_sh.eq(load & src[SRC_STATUS])
+            st_sh, st_sh_n = Signal(), Signal()
+            m.d.comb += st_sh_n.eq(load & src[SRC_STATUS])
+            m.d.sync += st_sh.eq(st_sh_n)
             # Padding bits load ``ld_status``, which is 0 whenever they load: no constant makes
             # synthesis turn a bit's load into a reset from a second look-up table.
             fresh = Cat(self.status, ld_status.replicate(8 * st_bytes - self._status_bits))
-            sources[SRC_STATUS] = shift_register("st", st_bytes, fresh, [(ld_status, st_bytes)], st_sh)
+            sources[SRC_STATUS] = shift_register("st", st_bytes, fresh, [(ld_status, ld_status_n, st_bytes)],
+                                                   (st_sh, st_sh_n))
 
         # A read stream's ``ready`` (``<name>_rdy``) is a flop, raised while LOAD wants a beat
         # (``rd_arm``) and dropped after a handshake, which ``<name>_got`` registers.
         rd_arm = Signal(name="rd_arm")
-        rdys, gots = {}, {}
+        rdys, gots, shakes = {}, {}, {}
         for k, name in enumerate(reads):
             port = getattr(self, name)
             rdys[name] = rdy = Signal(name=f"{name}_rdy")
             gots[name] = got = Signal(name=f"{name}_got")
-            shake = port.valid & rdy
+            shakes[name] = shake = port.valid & rdy
             sel = (which == k) if len(reads) > 1 else 1
             m.d.comb += port.ready.eq(rdy)
             m.d.sync += [rdy.eq(rd_arm & sel & ~shake), got.eq(shake)]
@@ -464,10 +474,12 @@ class UartBridge(wiring.Component):
                 wires.append(Cat(d, got_any.replicate(8 * f.data_bytes - f.data_bits), tail,
                                  got_any.replicate(8 * rd_bytes)))
             beat = Array(wires)[which] if len(wires) > 1 else wires[0]
-            rd_sh = Signal()
-            m.d.sync += rd_sh.eq(load & src[SRC_READ])
+            rd_sh, rd_sh_n = Signal(), Signal()
+            m.d.comb += rd_sh_n.eq(load & src[SRC_READ])
+            m.d.sync += rd_sh.eq(rd_sh_n)
             sources[SRC_READ] = shift_register("rd", rd_bytes, beat,
-                                               [(gots[n], fr[n].read_bytes) for n in reads], rd_sh)
+                                               [(gots[n], shakes[n], fr[n].read_bytes) for n in reads],
+                                               (rd_sh, rd_sh_n))
 
         with m.If(load):
             byte = 0
@@ -525,7 +537,7 @@ class UartBridge(wiring.Component):
         more = Signal(reset_less=True)                 # SEND is followed by LOAD, not STATUS
         after = Signal(2, reset_less=True)             # what follows HEAD
         AFTER_STATUS, AFTER_LOAD, AFTER_INFO, AFTER_ST = range(4)
-        m.d.sync += [ld_status.eq(0), self.soft_reset.eq(0)]
+        m.d.sync += self.soft_reset.eq(0)
 
         def head(then):
             """Send the answer's first byte, then go on as ``then`` says."""
@@ -588,7 +600,7 @@ class UartBridge(wiring.Component):
                 with m.Elif(is_read):
                     head(Mux(n_zero, AFTER_STATUS, AFTER_LOAD))
                 with m.Elif(is_status):
-                    m.d.sync += ld_status.eq(1)
+                    m.d.comb += ld_status_n.eq(1)
                     head(AFTER_ST)
                 with m.Else():
                     raise_flag(Status.BAD_OP)
