@@ -27,7 +27,9 @@ class Dispatcher(wiring.Component):
     - **DRS** (``static = 0``): one row is held at a time and its chunks ``0 .. chunks-1`` go, one
       per cycle at most, each to the lowest-numbered core that can take a job in that cycle. No
       core idles while a chunk is waiting, so even a group with a single computed row keeps every
-      core busy. The next row is taken in the cycle its predecessor's last chunk leaves.
+      core busy. The next row is taken in the cycle after its predecessor's last chunk leaves:
+      ``i.ready`` is the holder's ``~busy`` flop, so no core's ready reaches the input handshake
+      (the cores hold a job ahead, so the cycle costs no core a cycle: the cycle model agrees).
     - **chunk round-robin** (``static = 0``, ``chunk_rr = 1``): the DRS holder, but chunk ``j`` of
       every row goes to core ``j mod cores``, in chunk order; the dispatcher waits for that core
       (no scheduler), the fair baseline without dynamic scheduling.
@@ -113,7 +115,7 @@ class Dispatcher(wiring.Component):
         with m.Switch(dest):
             for h in range(P):
                 with m.Case(h):
-                    m.d.comb += free.eq(~busy[h] | last[h])
+                    m.d.comb += free.eq(~busy[h])
         m.d.comb += self.i.ready.eq(free)
         for h in range(P):
             with m.If(sent[h]):

@@ -20,7 +20,7 @@ class DispatcherWork(PropertyWrapper):
     - **no duplicates, no invented chunks**: a chunk goes out only while one is owed, it is the
       next chunk number, and it carries the held row's ``layer`` and ``tag``;
     - **no drops**: a row is accepted only once every chunk of the previous row of its holder
-      has gone out (at the latest in the same cycle), so at most ``chunks`` are ever owed;
+      has gone out (in an earlier cycle), so at most ``chunks`` are ever owed;
     - **static**: chunks of the row with tag ``b`` go to core ``b mod cores`` only (whatever
       ``chunk_rr`` is); **DRS** and **chunk round-robin**: at most one chunk per cycle;
       **chunk round-robin**: chunk ``j`` goes to core ``j mod cores`` only;
@@ -99,7 +99,7 @@ class DispatcherWork(PropertyWrapper):
                     if self.chunk_rr:
                         m.d.comb += Assert(nxt % P == p, "chunk-RR: chunk j goes to core j mod cores")
             with m.If(took & mine):
-                m.d.comb += Assert(owed == fire, "a row is accepted only when its holder is empty")
+                m.d.comb += Assert(owed == 0, "a row is accepted only when its holder is empty")
             # No idling.
             if self.chunk_rr:
                 ready = Array(dut.o[p].ready for p in cores)[nxt % P]
@@ -107,7 +107,7 @@ class DispatcherWork(PropertyWrapper):
                 ready = Cat(dut.o[p].ready for p in cores).any()
             with m.If((owed != 0) & ready):
                 m.d.comb += Assert(fire != 0, "an owed chunk goes out when a core is ready")
-            with m.If(dut.i.valid & mine & ((owed == 0) | ((owed == 1) & (fire == 1)))):
+            with m.If(dut.i.valid & mine & (owed == 0)):
                 m.d.comb += Assert(dut.i.ready, "an empty holder takes the row offered to it")
 
             m.d.sync += owed.eq(owed - fire + Mux(took & mine, S, 0))
@@ -115,9 +115,11 @@ class DispatcherWork(PropertyWrapper):
                 m.d.sync += nxt.eq(Mux(nxt == S - 1, 0, nxt + 1))
             with m.If(took & mine):
                 m.d.sync += row.eq(dut.i.p)
+            ended = Signal(name=f"ended_{h}")          # the row's last chunk left last cycle
+            m.d.sync += ended.eq((owed == 1) & (fire == 1))
             if h == holders - 1:
-                self.cover(m, took & mine & (owed == 1) & (fire == 1),
-                           f"holder {h}: a row's last chunk leaves as the next row arrives")
+                self.cover(m, took & mine & ended,
+                           f"holder {h}: a row arrives the cycle after its predecessor's last chunk")
                 self.cover(m, fires[P - 1], f"core {P - 1} takes a chunk")
             if self.invariants:
                 busy, chunk, held = body[f"busy_{h}"], body[f"chunk_{h}"], body[f"held_{h}"]

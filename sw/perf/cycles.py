@@ -135,6 +135,7 @@ def group_cycles(cfg: AccelConfig, replay, schedule: str = "drs", *, lat: Latenc
         ro_can_start = not ro_busy and not ro_valid
         # Dispatcher: chunks out to cores whose held job slot is empty (a registered ready).
         ready = [c.nxt is None for c in cores]
+        free = [h is None for h in holders]       # a holder takes a row once it is empty (registered)
         sends = _dispatch(holders, schedule, ready, P, S)
         # The head decision: a replayed row reads the cache unless a write-back goes first; a
         # computed row goes to the dispatcher when its holder is free (or freed this cycle).
@@ -143,7 +144,7 @@ def group_cycles(cfg: AccelConfig, replay, schedule: str = "drs", *, lat: Latenc
             if replay[head]:
                 if not wb:
                     took = "read"
-            elif holders[head % P if schedule == "static" else 0] is None:
+            elif free[head % P if schedule == "static" else 0]:
                 took = "job"
         # Cores.
         for c in cores:
