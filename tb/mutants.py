@@ -121,7 +121,7 @@ MUTANTS = [
        "hw/accel/layouts.py", "Cat(code[:7], ~code[7])", "Cat(code[:7], code[7])",
        "tests/test_mv_core.py::test_core_rows_are_the_integer_mlp"),
     _m("rob-head-skips", "reorder-buffer head pointer advances by 2",
-       "hw/lib/reorder_buffer.py", "self.head.eq(self.head + 1)", "self.head.eq(self.head + 2)",
+       "hw/lib/reorder_buffer.py", "head_n.eq(self.head + 1)", "head_n.eq(self.head + 2)",
        f"{_F}[reorder_buffer_order]", "tests/test_reorder_buffer_sim.py"),
     _m("rob-overwrite", "reorder buffer accepts a result into an occupied slot (and loses it)",
        "hw/lib/reorder_buffer.py", "self.i.ready.eq(~full.bit_select(self.i.p.tag, 1))", "self.i.ready.eq(1)",

@@ -80,7 +80,9 @@ class ReorderBufferOrder(PropertyWrapper):
         self.cover(m, took & (dut.i.p.tag != nxt[:k]) & ~dut.o.valid, "a result arrives out of order")
         self.cover(m, gave & (nxt == D + 1), "results leave in order past a wrap of the slots")
         if self.invariants:
-            m.d.comb += Assert(body["full"] == pending, "full is the set of finished slots")
+            m.d.comb += [Assert(body["full"] == pending, "full is the set of finished slots"),
+                         Assert(body["head_valid"] == body["full"].bit_select(dut.head, 1),
+                                "head_valid is the head slot's full flag")]
             for j in range(D):
                 seq_j = (nxt + ((j - nxt[:k]) & (D - 1)))[:W]
                 with m.If(pending[j]):

@@ -53,13 +53,18 @@ class ReorderBuffer(wiring.Component):
         slots = Array(Signal(self._shape, name=f"slot_{n}", reset_less=True) for n in range(D))
         full = Signal(D)
         m.d.comb += self.occupied.eq(full)
+        # ``o.valid`` is a flop of its own, ``full[head]`` computed a cycle ahead, so that the
+        # consumer's handshake starts at a register and not at the head's select.
+        head_valid = Signal(name="head_valid")
         m.d.comb += [
             self.i.ready.eq(~full.bit_select(self.i.p.tag, 1)),
-            self.o.valid.eq(full.bit_select(self.head, 1)),
+            self.o.valid.eq(head_valid),
             self.o.p.eq(slots[self.head]),
         ]
         set_mask = Signal(D)
         clr_mask = Signal(D)
+        full_n = Signal(D)
+        head_n = Signal.like(self.head)
         # A free slot loads ``i.p.data`` in every cycle and holds from the cycle its result is
         # taken: its clock enable is its own ``~full`` flip-flop, not the handshake.
         for n in range(D):
@@ -67,8 +72,9 @@ class ReorderBuffer(wiring.Component):
                 m.d.sync += slots[n].eq(self.i.p.data)
         with m.If(self.i.valid & self.i.ready):
             m.d.comb += set_mask.eq(1 << self.i.p.tag)
+        m.d.comb += head_n.eq(self.head)
         with m.If(self.o.valid & self.o.ready):
-            m.d.sync += self.head.eq(self.head + 1)
-            m.d.comb += clr_mask.eq(1 << self.head)
-        m.d.sync += full.eq((full | set_mask) & ~clr_mask)
+            m.d.comb += [head_n.eq(self.head + 1), clr_mask.eq(1 << self.head)]
+        m.d.comb += full_n.eq((full | set_mask) & ~clr_mask)
+        m.d.sync += [self.head.eq(head_n), full.eq(full_n), head_valid.eq(full_n.bit_select(head_n, 1))]
         return m
