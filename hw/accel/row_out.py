@@ -8,6 +8,7 @@ from hw.accel.layouts import h_params_layout, row_out_layout
 from hw.accel.mv_core import done_layout
 from hw.accel.mv_layout import pass_lengths
 from hw.accel.requant_lane import RequantLane
+from hw.lib.ff_copies import word_copies
 from hw.lib.widths import index_bits, mul_const
 from sw.config import AccelConfig
 
@@ -123,29 +124,31 @@ class RowOut(wiring.Component):
         m.d.comb += self.acc_addr.eq(acc_addr)
 
         # The table in distributed RAM (asynchronous read of a registered address, then a register):
-        # writes are registered once on the way in (they only happen while loading).
-        m.submodules.table = table = memory.Memory(shape=data.ArrayLayout(h_params_layout(), O),
-                                                   depth=cfg.layers * D, init=[])
-        tw = table.write_port(granularity=1)
-        tr = table.read_port(domain="comb")
+        # writes are registered once on the way in (they only happen while loading). One memory per
+        # output column, each with copies of its own of the write and read addresses, so that no
+        # address register drives every column's distributed RAM.
+        depth = cfg.layers * D
         tw_en = Signal(O)
-        tw_addr = Signal.like(tw.addr)
         tw_data = Signal(h_params_layout(), reset_less=True)
-        m.d.sync += [tw_addr.eq(mul_const(self.rq.p.layer, D) + self.rq.p.ob), tw_data.eq(self.rq.p.p)]
+        m.d.sync += tw_data.eq(self.rq.p.p)
+        tw_addrs = word_copies(m, platform, (mul_const(self.rq.p.layer, D) + self.rq.p.ob)[:len(t_addr)],
+                               O, "tw_addr")
+        t_addr1s = word_copies(m, platform, t_addr, O, "t_addr1")
+        params = Signal(data.ArrayLayout(h_params_layout(), O), reset_less=True)
         for n in range(O):
             m.d.sync += tw_en[n].eq(self.rq.valid & (self.rq.p.n == n))
-            m.d.comb += [tw.data[n].eq(tw_data), tw.en[n].eq(tw_en[n])]
-        t_addr1 = Signal.like(t_addr)
-        m.d.sync += t_addr1.eq(t_addr)
-        m.d.comb += [tw.addr.eq(tw_addr), tr.addr.eq(t_addr1)]
+            m.submodules[f"table_{n}"] = table = memory.Memory(shape=h_params_layout(), depth=depth, init=[])
+            tw = table.write_port()
+            tr = table.read_port(domain="comb")
+            m.d.comb += [tw.addr.eq(tw_addrs[n]), tw.data.eq(tw_data), tw.en.eq(tw_en[n]),
+                         tr.addr.eq(t_addr1s[n])]
+            m.d.sync += params[n].eq(tr.data)
 
         # Stage t + 1: the cores' blocks and the table's address; t + 2: their sum and the parameters.
         v1, v2 = Signal(), Signal()
         ob1, ob2 = Signal.like(ob), Signal.like(ob)
         m.d.sync += [v1.eq(issuing), ob1.eq(ob), v2.eq(v1), ob2.eq(ob1)]
         total = Signal(data.ArrayLayout(signed(cfg.row_sum_bits), O), reset_less=True)
-        params = Signal.like(tr.data, reset_less=True)
-        m.d.sync += params.eq(tr.data)
         for n in range(O):
             parts = [Mux(self.acc_touched[p], self.acc_data[p][n], 0) for p in range(P)]
             m.d.sync += total[n].eq(sum(parts[1:], parts[0]))

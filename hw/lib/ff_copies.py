@@ -1,10 +1,10 @@
 """Copies of a registered control bit, one per group of its loads, that synthesis keeps apart."""
 
-from amaranth import ClockSignal, Const, Instance, ResetSignal, Signal
+from amaranth import Cat, ClockSignal, Const, Instance, ResetSignal, Signal, Value
 
 from hw.lib.mult18 import is_ecp5
 
-__all__ = ["ff_copies"]
+__all__ = ["ff_copies", "word_copies"]
 
 
 def ff_copies(m, platform, d, n, name, *, init=0):
@@ -49,3 +49,21 @@ def ff_copies(m, platform, d, n, name, *, init=0):
             i_CLK=ClockSignal(), i_LSR=ResetSignal(), i_CE=Const(1), i_DI=d, o_Q=q,
         )
     return qs
+
+
+def word_copies(m, platform, d, n, name):
+    """``n`` registers that all hold ``d`` of the previous cycle (0 in reset); return them.
+
+    :func:`ff_copies` bit by bit: for a registered address that fans out to many memories, one
+    copy per memory, which the placer can put beside it.
+
+    Parameters
+    ----------
+    m, platform, n, name
+        As for :func:`ff_copies`.
+    d : Value
+        Next value, of any width.
+    """
+    d = Value.cast(d)
+    bits = [ff_copies(m, platform, d[b], n, f"{name}_b{b}") for b in range(len(d))]
+    return [Cat(*(bits[b][k] for b in range(len(d)))) for k in range(n)]
