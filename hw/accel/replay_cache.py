@@ -36,9 +36,13 @@ class ReplayCache(wiring.Component):
     a read of an entry written by an earlier request sees the written value.
 
     The entries are block RAMs read through their output registers (:class:`hw.lib.bram.Bram`,
-    as wide as their depth allows, side by side): the read stage and the output register form a
-    two-stage pipeline that advances while ``o`` is empty or taken (one enable, ``i.ready``), one
-    request per cycle.
+    as wide as their depth allows, side by side). A request is first registered (its address,
+    row and kind, and its ``y``), so that no handshake or address logic in front of the cache
+    reaches the block RAMs spread over the die. The request register, the read stage and the
+    output register form a three-stage pipeline that advances while ``o`` is empty or taken (one
+    enable, ``i.ready``), one request per cycle. A write goes to the block RAMs in the cycle
+    after it is taken, whether or not the pipeline advances (its ``y`` is registered without an
+    enable, so that the 8 * ``dim`` data flops have none).
     A write does not read (the block RAM's ports must not collide on one address).
 
     Parameters
@@ -55,9 +59,9 @@ class ReplayCache(wiring.Component):
         Read data and the row they answer.
     """
 
-    #: Cycles from a read request taken to its data on ``o`` (the block RAM's address and output
-    #: registers).
-    latency = Bram.latency
+    #: Cycles from a read request taken to its data on ``o`` (the request register, the block
+    #: RAM's address and output registers).
+    latency = Bram.latency + 1
 
     def __init__(self, dim, layers, tokens_per_frame, batch):
         self._dim, self._layers, self._n, self._batch = dim, layers, tokens_per_frame, batch
@@ -76,27 +80,33 @@ class ReplayCache(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         p = self.i.p
-        bits = 8 * self._dim
-        addr = Signal(range(self.depth))
         en = Signal()
-        y_in, y_out = Value.cast(p.y), Value.cast(self.o.p.y)
-        m.d.comb += [
-            addr.eq(mul_const(mul_const(p.layer, self._n) + p.index, self._batch) + p.row),
-            en.eq(~self.o.valid | self.o.ready),
-            self.i.ready.eq(en),
-        ]
-        for n, lo in enumerate(range(0, bits, self._bank_width)):
-            w = min(self._bank_width, bits - lo)
+        m.d.comb += [en.eq(~self.o.valid | self.o.ready), self.i.ready.eq(en)]
+        # The request register: address, row and kind advance with the pipeline; a write's data
+        # and its one-cycle write enable are registered without an enable.
+        req_valid, req_write = Signal(name="req_valid"), Signal(name="req_write")
+        req_addr = Signal(range(self.depth), name="req_addr")
+        req_row = Signal.like(p.row, name="req_row")
+        req_y = Signal(8 * self._dim, name="req_y", reset_less=True)
+        w_go = Signal(name="w_go")
+        addr = Signal(range(self.depth))                # the address of the request on ``i``
+        m.d.comb += addr.eq(mul_const(mul_const(p.layer, self._n) + p.index, self._batch) + p.row)
+        with m.If(en):
+            m.d.sync += [req_valid.eq(self.i.valid), req_write.eq(p.write), req_row.eq(p.row),
+                         req_addr.eq(addr)]
+        m.d.sync += [req_y.eq(p.y), w_go.eq(self.i.valid & en & p.write)]
+        y_out = Value.cast(self.o.p.y)
+        for n, lo in enumerate(range(0, 8 * self._dim, self._bank_width)):
+            w = min(self._bank_width, 8 * self._dim - lo)
             bank = m.submodules[f"bank_{n}"] = Bram(w, max(2, self.depth))
             m.d.comb += [
-                bank.w_en.eq(self.i.valid & en & p.write),
-                bank.w_addr.eq(addr), bank.w_data.eq(y_in[lo:lo + w]),
-                bank.r_en.eq(en & ~(self.i.valid & p.write)), bank.r_ce_out.eq(en), bank.r_addr.eq(addr),
+                bank.w_en.eq(w_go), bank.w_addr.eq(req_addr), bank.w_data.eq(req_y[lo:lo + w]),
+                bank.r_en.eq(en & ~(req_valid & req_write)), bank.r_ce_out.eq(en), bank.r_addr.eq(req_addr),
                 y_out[lo:lo + w].eq(bank.r_data),
             ]
         # The read stage's valid and row, then the output register's (o).
         stage_valid, stage_row = Signal(), Signal.like(p.row)
         with m.If(en):
-            m.d.sync += [stage_valid.eq(self.i.valid & ~p.write), stage_row.eq(p.row),
+            m.d.sync += [stage_valid.eq(req_valid & ~req_write), stage_row.eq(req_row),
                          self.o.valid.eq(stage_valid), self.o.p.row.eq(stage_row)]
         return m

@@ -103,7 +103,7 @@ PROPERTIES = [
              "prove", 4),
     Property("handshake_replay_cache", "replay cache read data o: valid and payload held until ready",
              "hw/accel/replay_cache.py", "ReplayCache",
-             lambda cls: StreamHandshake(cls(1, 3, 3, 2), inputs=["i"], outputs=["o"]), "prove", 4),
+             lambda cls: StreamHandshake(cls(1, 3, 3, 2), inputs=["i"], outputs=["o"]), "prove", 6),
     Property("handshake_accelerator", "accelerator y (tiny config): valid and payload held until ready, "
              "with the host's group contract", "hw/accel/accelerator.py", "Accelerator",
              lambda cls: HandshakeAccelerator(cls(TINY_ACCEL)), "bmc", 32, deep=80),

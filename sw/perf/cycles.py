@@ -48,7 +48,7 @@ class Latencies:
         self.mv = 3 + max(0, (cfg.mv_in - 1).bit_length()) + 1
         self.requant = 5
         self.mult = 2
-        self.cache = 2
+        self.cache = 3
         d_ob = cfg.d_model // cfg.mv_out
         # The last GU issue to its chunk's h complete (visible to the pass scheduler): the issue
         # register, the activation and weight pipeline, the unit, the serialiser (one cycle to load,
