@@ -8,7 +8,7 @@ from amaranth import Module, Signal
 from amaranth.back import rtlil
 from amaranth.sim import Simulator
 
-from hw.lib.ff_copies import ff_copies
+from hw.lib.ff_copies import ff_copies, word_copies
 
 
 class FakeEcp5:
@@ -33,6 +33,36 @@ def test_copies_follow_d_a_cycle_late_and_reset_to_init():
     sim.add_testbench(bench)
     sim.run()
     assert seen == [[v] * 3 for v in (0, 1, 1, 0, 1)]
+
+
+def test_word_copies_follow_d_a_cycle_late():
+    m = Module()
+    d = Signal(5)
+    qs = word_copies(m, None, d, 3, "addr")
+    seen = []
+
+    async def bench(ctx):
+        assert [ctx.get(q) for q in qs] == [0, 0, 0]
+        for v in (17, 3, 31, 0, 9):
+            ctx.set(d, v)
+            await ctx.tick()
+            seen.append([ctx.get(q) for q in qs])
+
+    sim = Simulator(m)
+    sim.add_clock(1e-6)
+    sim.add_testbench(bench)
+    sim.run()
+    assert seen == [[v] * 3 for v in (17, 3, 31, 0, 9)]
+
+
+def test_word_copies_are_kept_trellis_ffs_on_ecp5():
+    m = Module()
+    d = Signal(3)
+    outs = Signal(6)
+    a, b = word_copies(m, FakeEcp5(), d, 2, "addr")
+    m.d.comb += outs.eq(a | (b << 3))
+    text = rtlil.convert(m, ports=[d, outs])
+    assert text.count("cell \\TRELLIS_FF ") == 6
 
 
 def test_bad_arguments_are_one_error():
