@@ -5,7 +5,6 @@ from amaranth.lib import data, fifo, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from hw.accel.layouts import tas_row_layout
-from hw.lib.ff_copies import ff_copies
 from hw.lib.mult18 import is_ecp5
 from hw.lib.widths import index_bits, mul_const
 from sw.golden import quant
@@ -314,7 +313,7 @@ class TasGroup(wiring.Component):
         # ---- engines ------------------------------------------------------------------------
         accs, diffs = [], []
         for b in range(B):
-            acc, diff = self._engine(m, platform, b, taps, take_b[b], in_take[b], neg_thr_acc, use_prim, sb)
+            acc, diff = self._engine(m, b, taps, in_take[b], neg_thr_acc, use_prim, sb)
             accs.append(acc)
             diffs.append(diff)
 
@@ -428,7 +427,7 @@ class TasGroup(wiring.Component):
         return m
 
     # ------------------------------------------------------------------------------------------
-    def _engine(self, m, platform, b, taps, take, in_take, neg_thr_acc, use_prim, sb):
+    def _engine(self, m, b, taps, in_take, neg_thr_acc, use_prim, sb):
         """Engine ``b``: operand select, partial products, adder tree, accumulators."""
         P, S = self._lanes, self.steps
         # Step: s in the cycle tap s holds this engine's chunk s. It is 0 in stage 1, the cycle
@@ -439,17 +438,24 @@ class TasGroup(wiring.Component):
             m.d.sync += step.eq(min(1, S - 1))
         with m.Elif(step != S - 1):
             m.d.sync += step.eq(step + 1)
-        # The select fans out to every operand bit: kept copies of it, one per lane, each a
-        # register of its own (``Mux(in_take, 0, step)`` computed a cycle ahead from the engine's
-        # take), so that no LUT and no single flop sits between the take and a lane's operand muxes.
+        # The select fans out to every operand bit: copies of the counter, each driving a few
+        # lanes. Copy g holds ``step ^ g`` so that Yosys cannot merge the copies back into one.
         w = len(step)
-        step_n = Mux(in_take, min(1, S - 1), Mux(step != S - 1, (step + 1)[:w], step))
-        sel_n = Mux(take, 0, step_n)
-        bits = [ff_copies(m, platform, sel_n[bit], P, f"e{b}_sel{bit}") for bit in range(w)]
-        sels = [Cat(*[bits[bit][ln] for bit in range(w)]) for ln in range(P)]
+        copies = min(P, 1 << w)
+        sels = []
+        for g in range(copies):
+            c = Signal(w, name=f"e{b}_step_{g}", init=g)
+            with m.If(in_take):
+                m.d.sync += c.eq(min(1, S - 1) ^ g)
+            with m.Elif(step != S - 1):
+                m.d.sync += c.eq((step + 1)[:w] ^ g)
+            # Kept as a wire, so that synthesis cannot fold ``in_take`` into every operand bit.
+            sel = Signal(w, name=f"e{b}_sel_{g}", attrs={"keep": 1})
+            m.d.comb += sel.eq(Mux(in_take, 0, c ^ g))
+            sels.append(sel)
         op = Signal(2 * 8 * P, name=f"e{b}_op", reset_less=True)
         for ln in range(P):
-            sel = sels[ln]
+            sel = sels[ln * copies // P]
             for base in (8 * ln, 8 * P + 8 * ln):
                 level = [t[base:base + 8] for t in taps]
                 level += [level[-1]] * ((1 << w) - len(level))
