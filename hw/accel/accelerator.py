@@ -19,7 +19,6 @@ from hw.accel.mv_core import X_GROUP, gu_rq_load_layout, x_groups
 from hw.accel.replay_cache import ReplayCache
 from hw.accel.row_out import rqd_load_layout
 from hw.accel.tas_group import TasGroup, group_decision_layout
-from hw.lib.ff_copies import ff_copies, word_copies
 from hw.lib.reorder_buffer import ReorderBuffer
 from hw.lib.skid import SkidBuffer
 from hw.lib.widths import index_bits
@@ -204,19 +203,19 @@ class Accelerator(wiring.Component):
         # It is written a cycle after the beat, from registers (the row's x, loaded in every cycle,
         # and the take), so that the handshake does not drive its write enables; a core reads a
         # row's x a TAS latency after its beat at the earliest.
-        # One memory per group of X_GROUP bytes, written at a copy of its own of the registered
-        # row and take, and read by every core at its own copy of the core's address
-        # (``mlp.x_addr[p][g]``).
+        # One memory per group of X_GROUP bytes, read by every core at its own copy of the core's
+        # address (``mlp.x_addr[p][g]``). (Copies of the registered row and take for the write
+        # ports were tried: their inputs are the row handshake, which then ran to every group.)
         x_r = Signal.like(r.x, name="x_r", reset_less=True)
-        m.d.sync += x_r.eq(r.x)
-        x_rows = word_copies(m, platform, r.row, x_groups(cfg), "x_row")
-        x_tooks = ff_copies(m, platform, took, x_groups(cfg), "x_took")
+        x_row = Signal.like(r.row, name="x_row", reset_less=True)
+        x_took = Signal(name="x_took")
+        m.d.sync += [x_r.eq(r.x), x_row.eq(r.row), x_took.eq(took)]
         for g in range(x_groups(cfg)):
             lo, hi = g * X_GROUP, min(d, (g + 1) * X_GROUP)
             xbuf = memory.Memory(shape=data.ArrayLayout(signed(8), hi - lo), depth=B, init=[])
             m.submodules[f"xbuf_{g}"] = xbuf
             xw = xbuf.write_port()
-            m.d.comb += [xw.en.eq(x_tooks[g]), xw.addr.eq(x_rows[g]), xw.data.eq(Value.cast(x_r)[8 * lo:8 * hi])]
+            m.d.comb += [xw.en.eq(x_took), xw.addr.eq(x_row), xw.data.eq(Value.cast(x_r)[8 * lo:8 * hi])]
             for p in range(P):
                 xr = xbuf.read_port(domain="comb")
                 m.d.comb += [xr.addr.eq(mlp.x_addr[p][g]),
