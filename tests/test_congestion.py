@@ -42,12 +42,24 @@ def test_band_counts_and_rudy():
     assert congestion.rudy(congestion.placed_cells(planted))[2][12] == 0
 
 
+def test_tile_demand_names_the_nets_that_cross_a_tile():
+    cells = congestion.placed_cells(NETLIST)
+    names = {10: "core.bus[0]", 12: "core.bus[1]"}
+    long = (12 + 3) / (12 * 3)
+    # Tile (1, 0): net 10 (a 2 x 1 box) and net 12, one group once digits are '#'.
+    assert congestion.tile_demand(cells, names, 1, 0) == [("core.bus[#]", round(3 / 2 + long, 1), 2)]
+    # Tile (5, 1): only net 12; a net without a name is grouped as 'net'.
+    assert congestion.tile_demand(cells, {}, 5, 1) == [("net", round(long, 1), 1)]
+    assert congestion.tile_demand(cells, names, 0, 2) == []
+
+
 def test_cli_writes_plot_and_report(tmp_path, capsys):
     placed = tmp_path / "placed.json"
     placed.write_text(json.dumps(NETLIST))
     assert congestion.main(["--placed", str(placed)]) == 0
     report = json.loads((tmp_path / "congestion.json").read_text())
     assert report["rudy_max_tile"] == [1, 0]
+    assert [r["count"] for r in report["rudy_max_tile_nets"]] == [2]
     assert report["cells_per_band"]["TRELLIS_COMB"] == [1, 1]
     assert (tmp_path / "congestion.png").stat().st_size > 0
     assert "RUDY demand per tile" in capsys.readouterr().out

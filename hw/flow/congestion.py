@@ -9,9 +9,10 @@ The first form places the Yosys netlist of a synthesis build directory (``top.js
 ``top.lpf``, which ``nox -s synth`` leaves there even when routing fails) with nextpnr-ecp5
 ``--no-route`` and writes ``placed.json`` beside it (minutes for the default accelerator); the
 second reads a placed netlist. Both print how the logic is spread over the die (cells per band
-of 10 columns) and a RUDY estimate (rectangular uniform wire density: each net's half-perimeter
-spread evenly over its bounding box), and write ``congestion.png`` (the demand map) and
-``congestion.json``.
+of 10 columns), a RUDY estimate (rectangular uniform wire density: each net's half-perimeter
+spread evenly over its bounding box) and, at the tile of highest demand, which nets make it
+(grouped by name, with every number in a name written ``#``), and write ``congestion.png`` (the
+demand map) and ``congestion.json``.
 
 This is how the default accelerator's routing failure was explained: nextpnr's default
 analytic placer put the logic in the left 70 % of the die while the DSP and block-RAM rows,
@@ -28,7 +29,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-__all__ = ["rudy", "band_counts", "main", "CongestionError"]
+__all__ = ["rudy", "band_counts", "tile_demand", "main", "CongestionError"]
 
 BAND = 10                 # columns per band in the spread table
 LOGIC = ("TRELLIS_COMB", "TRELLIS_FF", "TRELLIS_RAMW")
@@ -109,6 +110,43 @@ def rudy(cells, max_fanout: int = 2000):
             for x in range(x0, x1 + 1):
                 row[x] += density
     return grid
+
+
+def _net_names(top: dict) -> dict[int, str]:
+    """The shortest name of each net bit in the module's ``netnames``."""
+    names = {}
+    for name, net in top.get("netnames", {}).items():
+        for b in net.get("bits", []):
+            if isinstance(b, int) and (b not in names or len(name) < len(names[b])):
+                names[b] = name
+    return names
+
+
+def tile_demand(cells, names: dict[int, str], x: int, y: int, max_fanout: int = 2000,
+                top: int = 12) -> list[tuple[str, float, int]]:
+    """What makes the RUDY demand of tile ``(x, y)``: ``[(group, demand, nets)]``, largest first,
+    ``top`` of them. A group is the nets whose names are the same once every run of digits is
+    written ``#`` (the bits of one bus, the same net in every lane); ``names`` maps a net bit to
+    its name (unnamed bits are grouped as ``net``)."""
+    pins = collections.defaultdict(set)
+    for _, _, cx, cy, conns in cells:
+        for bits in conns.values():
+            for b in bits:
+                if isinstance(b, int):
+                    pins[b].add((cx, cy))
+    demand, count = collections.Counter(), collections.Counter()
+    for bit, where in pins.items():
+        if len(where) < 2 or len(where) > max_fanout:
+            continue
+        xs = [p[0] for p in where]
+        ys = [p[1] for p in where]
+        if not (min(xs) <= x <= max(xs) and min(ys) <= y <= max(ys)):
+            continue
+        w, h = max(xs) - min(xs) + 1, max(ys) - min(ys) + 1
+        group = re.sub(r"\d+", "#", names.get(bit, "net"))
+        demand[group] += (w + h) / (w * h)
+        count[group] += 1
+    return [(g, round(v, 1), count[g]) for g, v in demand.most_common(top)]
 
 
 def summarise(cells, grid) -> dict:
@@ -193,12 +231,16 @@ def main(argv=None) -> int:
         except json.JSONDecodeError as e:
             raise CongestionError(f"{placed}: not JSON: {e.msg} (line {e.lineno})") from None
         cells = placed_cells(netlist, str(placed))
-        placer = _top_module(netlist, str(placed)).get("settings", {}).get("placer", "?")
+        top_module = _top_module(netlist, str(placed))
+        placer = top_module.get("settings", {}).get("placer", "?")
     except CongestionError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     grid = rudy(cells)
     report = summarise(cells, grid) | {"placer": placer}
+    report["rudy_max_tile_nets"] = [
+        {"nets": g, "demand": v, "count": n}
+        for g, v, n in tile_demand(cells, _net_names(top_module), *report["rudy_max_tile"])]
     out_dir = args.out or placed.parent
     out_dir.mkdir(parents=True, exist_ok=True)
     plot(grid, out_dir / "congestion.png", f"routing demand (RUDY), nextpnr placer {placer}: {placed.name}")
@@ -210,6 +252,9 @@ def main(argv=None) -> int:
         print(f"  {kind:13s} " + " ".join(f"{c:5d}" for c in counts))
     print(f"RUDY demand per tile: mean {report['rudy_mean']}, 99th percentile {report['rudy_p99']}, "
           f"max {report['rudy_max']} at X{report['rudy_max_tile'][0]}/Y{report['rudy_max_tile'][1]}")
+    print("  at that tile, by net group (demand, nets):")
+    for row in report["rudy_max_tile_nets"]:
+        print(f"    {row['demand']:7.1f} {row['count']:6d}  {row['nets']}")
     print(f"wrote {out_dir / 'congestion.png'} and {out_dir / 'congestion.json'}")
     return 0
 
