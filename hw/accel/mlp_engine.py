@@ -8,7 +8,14 @@ from amaranth.lib.wiring import In, Out
 
 from hw.accel.dispatcher import Dispatcher, row_job_layout
 from hw.accel.layouts import h_params_layout, lut_load_layout, row_out_layout
-from hw.accel.mv_core import MvCore, x_groups, gu_rq_load_layout, gu_table_depth, silu_table_address, silu_table_depth
+from hw.accel.mv_core import (
+    MvCore,
+    gu_rq_load_layout,
+    gu_table_depth,
+    silu_table_address,
+    silu_table_depth,
+    x_groups,
+)
 from hw.accel.row_out import RowOut, rqd_load_layout
 from hw.accel.weight_store import WeightStore
 from hw.lib.shared_table import SharedTable
