@@ -103,14 +103,11 @@ MUTANTS = [
        "mul_const(p.layer, self._n) + p.index[:len(p.index) - 1],",
        f"{_F}[replay_cache_memory]"),
     _m("mlp-x-address-zero", "MLP engine: every core reads row 0's x from the row buffer",
-       "hw/accel/mlp_engine.py", "self.x_addr[p].eq(disp.tag_q[p])", "self.x_addr[p].eq(0)",
+       "hw/accel/mlp_engine.py", "self.x_addr[p].eq(job.p.tag)", "self.x_addr[p].eq(0)",
        "tests/test_mlp_engine.py"),
-    _m("dispatcher-tag-copy-core-0", "dispatcher: every core's copies of its tag follow core 0's (row "
-       "buffer read at the wrong row in row-static mode)", "hw/accel/dispatcher.py",
-       "nxt = Mux(self.static, tag_n[p], tag_n[0])", "nxt = tag_n[0]", "tests/test_mlp_engine.py"),
     _m("accel-x-port-shared", "accelerator: both row-buffer read ports at core 0's address (the "
        "cores' rows differ only in row-static mode)", "hw/accel/accelerator.py",
-       "xr.addr.eq(mlp.x_addr[p][g])", "xr.addr.eq(mlp.x_addr[0][g])", "tests/test_accelerator_sim.py"),
+       "xr.addr.eq(mlp.x_addr[p])", "xr.addr.eq(mlp.x_addr[0])", "tests/test_accelerator_sim.py"),
     _m("cache-read-row-lost", "replay cache: a read comes back tagged with row 0",
        "hw/accel/replay_cache.py", "stage_row.eq(req_row)", "stage_row.eq(0)",
        "tests/test_replay_cache_sim.py"),

@@ -6,7 +6,6 @@ import pytest
 from amaranth.sim import Simulator
 
 from hw.accel.mlp_engine import MlpEngine
-from hw.accel.mv_core import X_GROUP
 from hw.accel.mv_layout import gu_table_index, weight_blocks
 from sw.config import AccelConfig
 from sw.golden import quant
@@ -85,12 +84,9 @@ def run_engine(cfg, layers, groups, *, static=False, chunk_rr=False, ready_p=1.0
                     ctx.set(dut.i.valid, 0)
                 ctx.set(dut.o.ready, int(rng.random() < ready_p))
                 await ctx.delay(1e-9)
-                # The row buffer: each core reads its offered job's x at the job's tag, each group
-                # of X_GROUP bytes at its own copy of the address.
+                # The row buffer: each core reads its offered job's x at the job's tag.
                 for p in range(cfg.cores):
-                    addrs = list(ctx.get(dut.x_addr[p]))
-                    ctx.set(dut.x_data[p], [int(xbuf.get(addrs[j // X_GROUP], zero)[j])
-                                            for j in range(cfg.d_model)])
+                    ctx.set(dut.x_data[p], [int(v) for v in xbuf.get(ctx.get(dut.x_addr[p]), zero)])
                 await ctx.delay(1e-9)
                 took_in = ctx.get(dut.i.valid) and ctx.get(dut.i.ready)
                 if ctx.get(dut.o.valid) and ctx.get(dut.o.ready):

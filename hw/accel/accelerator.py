@@ -15,7 +15,7 @@ from hw.accel.layouts import (
     row_in_layout,
 )
 from hw.accel.mlp_engine import MlpEngine
-from hw.accel.mv_core import X_GROUP, gu_rq_load_layout, x_groups
+from hw.accel.mv_core import gu_rq_load_layout
 from hw.accel.replay_cache import ReplayCache
 from hw.accel.row_out import rqd_load_layout
 from hw.accel.tas_group import TasGroup, group_decision_layout
@@ -203,23 +203,16 @@ class Accelerator(wiring.Component):
         # It is written a cycle after the beat, from registers (the row's x, loaded in every cycle,
         # and the take), so that the handshake does not drive its write enables; a core reads a
         # row's x a TAS latency after its beat at the earliest.
-        # One memory per group of X_GROUP bytes, read by every core at its own copy of the core's
-        # address (``mlp.x_addr[p][g]``). (Copies of the registered row and take for the write
-        # ports were tried: their inputs are the row handshake, which then ran to every group.)
+        m.submodules.xbuf = xbuf = memory.Memory(shape=data.ArrayLayout(signed(8), d), depth=B, init=[])
+        xw = xbuf.write_port()
         x_r = Signal.like(r.x, name="x_r", reset_less=True)
         x_row = Signal.like(r.row, name="x_row", reset_less=True)
         x_took = Signal(name="x_took")
         m.d.sync += [x_r.eq(r.x), x_row.eq(r.row), x_took.eq(took)]
-        for g in range(x_groups(cfg)):
-            lo, hi = g * X_GROUP, min(d, (g + 1) * X_GROUP)
-            xbuf = memory.Memory(shape=data.ArrayLayout(signed(8), hi - lo), depth=B, init=[])
-            m.submodules[f"xbuf_{g}"] = xbuf
-            xw = xbuf.write_port()
-            m.d.comb += [xw.en.eq(x_took), xw.addr.eq(x_row), xw.data.eq(Value.cast(x_r)[8 * lo:8 * hi])]
-            for p in range(P):
-                xr = xbuf.read_port(domain="comb")
-                m.d.comb += [xr.addr.eq(mlp.x_addr[p][g]),
-                             Value.cast(mlp.x_data[p])[8 * lo:8 * hi].eq(xr.data)]
+        m.d.comb += [xw.en.eq(x_took), xw.addr.eq(x_row), xw.data.eq(x_r)]
+        for p in range(P):
+            xr = xbuf.read_port(domain="comb")
+            m.d.comb += [xr.addr.eq(mlp.x_addr[p]), mlp.x_data[p].eq(xr.data)]
         # The cores clear their state for a new group a cycle after its first row is taken (its
         # first job reaches them a TAS latency later), from a register.
         group_start = Signal()

@@ -6,7 +6,6 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from hw.accel.layouts import job_meta_layout
-from hw.lib.ff_copies import word_copies
 from hw.lib.widths import index_bits
 
 __all__ = ["Dispatcher", "row_job_layout"]
@@ -49,8 +48,6 @@ class Dispatcher(wiring.Component):
     Parameters
     ----------
     layers, chunks, cores, tag_bits : int
-    tag_copies : int
-        Copies of each output's tag on ``tag_q`` (default 1).
 
     Members
     -------
@@ -61,23 +58,18 @@ class Dispatcher(wiring.Component):
     chunk_rr : In(1)
         Chunk round-robin instead of DRS when ``static`` is 0 (configuration; change it only
         while idle).
-    tag_q : Out(ArrayLayout(tag_bits, tag_copies)).array(cores)
-        ``o[p].p.tag`` in copies, each a register of its own (kept flip-flops on an ECP5,
-        :func:`hw.lib.ff_copies.word_copies`) loaded from its next value: a read address that
-        fans out to many memories (the row buffer's) can come from a copy beside each.
     """
 
-    def __init__(self, *, layers, chunks, cores, tag_bits, tag_copies=1):
-        for name, v in (("chunks", chunks), ("cores", cores), ("tag_copies", tag_copies)):
+    def __init__(self, *, layers, chunks, cores, tag_bits):
+        for name, v in (("chunks", chunks), ("cores", cores)):
             if not isinstance(v, int) or v < 1:
                 raise ValueError(f"Dispatcher {name} must be a positive integer, not {v!r}")
-        self._chunks, self._cores, self._copies = chunks, cores, tag_copies
+        self._chunks, self._cores = chunks, cores
         super().__init__({
             "i": In(stream.Signature(row_job_layout(layers, tag_bits))),
             "o": Out(stream.Signature(job_meta_layout(layers, chunks, tag_bits))).array(cores),
             "static": In(1),
             "chunk_rr": In(1),
-            "tag_q": Out(data.ArrayLayout(max(1, tag_bits), tag_copies)).array(cores),
         })
 
     def elaborate(self, platform):
@@ -132,10 +124,4 @@ class Dispatcher(wiring.Component):
                     m.d.sync += busy[h].eq(0)
             with m.If(self.i.valid & self.i.ready & (dest == h)):
                 m.d.sync += [held[h].eq(self.i.p), busy[h].eq(1), chunk[h].eq(0)]
-        # The copies of each output's tag, from the held tags' next values.
-        tag_n = [Mux(self.i.valid & self.i.ready & (dest == h), self.i.p.tag, held[h].tag) for h in range(P)]
-        for p in range(P):
-            nxt = Mux(self.static, tag_n[p], tag_n[0])
-            for k, q in enumerate(word_copies(m, platform, nxt, self._copies, f"tag_q_{p}")):
-                m.d.comb += self.tag_q[p][k].eq(q)
         return m

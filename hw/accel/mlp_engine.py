@@ -8,14 +8,7 @@ from amaranth.lib.wiring import In, Out
 
 from hw.accel.dispatcher import Dispatcher, row_job_layout
 from hw.accel.layouts import h_params_layout, lut_load_layout, row_out_layout
-from hw.accel.mv_core import (
-    MvCore,
-    gu_rq_load_layout,
-    gu_table_depth,
-    silu_table_address,
-    silu_table_depth,
-    x_groups,
-)
+from hw.accel.mv_core import MvCore, gu_rq_load_layout, gu_table_depth, silu_table_address, silu_table_depth
 from hw.accel.row_out import RowOut, rqd_load_layout
 from hw.accel.weight_store import WeightStore
 from hw.lib.shared_table import SharedTable
@@ -46,14 +39,11 @@ class MlpEngine(wiring.Component):
     -------
     i : In(stream.Signature(hw.accel.dispatcher.row_job_layout(layers, tag_bits)))
         Rows to compute, by tag; their ``x`` is read from the row buffer on ``x_addr``/``x_data``.
-    x_addr : Out(ArrayLayout(tag_bits, x_groups)).array(cores)
-        Core ``p``'s read address into the row buffer, the tag of the job the dispatcher offers
-        it, in one copy (a register of its own) per group of :data:`hw.accel.mv_core.X_GROUP`
-        bytes of the row: copy ``g`` addresses bytes ``g * X_GROUP ..`` (``x_groups`` groups).
+    x_addr : Out(tag_bits).array(cores)
+        Core ``p``'s read address into the row buffer: the tag of the job the dispatcher offers it.
     x_data : In(ArrayLayout(signed(8), d_model)).array(cores)
-        The row buffer's row at ``x_addr[p]`` in the same cycle (an asynchronous read, each group
-        of bytes at its copy of the address): core ``p``'s free x register follows it until the
-        core holds a job.
+        The row buffer's row at ``x_addr[p]`` in the same cycle (an asynchronous read): core
+        ``p``'s free x register follows it until the core holds a job.
     o : Out(stream.Signature(hw.accel.layouts.row_out_layout(d_model, tag_bits)))
     w : In(...)  weight-block writes (the store's ``w``)
     rq : In(stream.Signature(gu_rq_load_layout(cfg), always_ready=True))  gate/up constants, to every core
@@ -88,7 +78,7 @@ class MlpEngine(wiring.Component):
         self._store = WeightStore(cfg, lanes_per_copy=math.gcd(4, cfg.mv_in * cfg.mv_out // 2))
         super().__init__({
             "i": In(stream.Signature(row_job_layout(cfg.layers, tag_bits))),
-            "x_addr": Out(data.ArrayLayout(max(1, tag_bits), x_groups(cfg))).array(cfg.cores),
+            "x_addr": Out(max(1, tag_bits)).array(cfg.cores),
             "x_data": In(data.ArrayLayout(signed(8), cfg.d_model)).array(cfg.cores),
             "o": Out(stream.Signature(row_out_layout(cfg.d_model, tag_bits))),
             "w": In(self._store.signature.members["w"].signature.flip()),
@@ -110,8 +100,7 @@ class MlpEngine(wiring.Component):
         m = Module()
         cfg, P, tb = self._cfg, self._cfg.cores, self._tb
         m.submodules.store = store = self._store
-        m.submodules.disp = disp = Dispatcher(layers=cfg.layers, chunks=cfg.chunks, cores=P, tag_bits=tb,
-                                              tag_copies=x_groups(cfg))
+        m.submodules.disp = disp = Dispatcher(layers=cfg.layers, chunks=cfg.chunks, cores=P, tag_bits=tb)
         m.submodules.out = out = RowOut(cfg, cores=P, tag_bits=tb)
         wiring.connect(m, wiring.flipped(self.w), store.w)
         wiring.connect(m, wiring.flipped(self.i), disp.i)
@@ -134,7 +123,7 @@ class MlpEngine(wiring.Component):
             job = disp.o[p]
             m.d.comb += [core.i.valid.eq(job.valid), job.ready.eq(core.i.ready),
                          core.i.p.layer.eq(job.p.layer), core.i.p.chunk.eq(job.p.chunk),
-                         core.i.p.tag.eq(job.p.tag), self.x_addr[p].eq(disp.tag_q[p]),
+                         core.i.p.tag.eq(job.p.tag), self.x_addr[p].eq(job.p.tag),
                          core.i.p.x.eq(self.x_data[p])]
             if shared:
                 m.d.comb += [rq_table.r_addr[p].eq(core.rq_ra), core.rq_rd.eq(rq_table.r_data[p]),

@@ -16,18 +16,11 @@ from sw.config import AccelConfig
 from sw.golden import quant
 
 __all__ = ["MvCore", "done_layout", "gu_rq_load_layout", "gu_table_depth", "mv_acc_bits",
-           "silu_table_address", "silu_table_depth", "x_groups"]
+           "silu_table_address", "silu_table_depth"]
 
 NONE, GU, DN = 0, 1, 2
 #: Bytes of an x register per copy of its enable (:func:`hw.lib.ff_copies.ff_copies`).
 X_GROUP = 8
-
-
-def x_groups(cfg):
-    """Groups of :data:`X_GROUP` bytes in a row of ``d_model`` (the last may be shorter)."""
-    return -(-cfg.d_model // X_GROUP)
-
-
 #: Activation blocks per first-stage multiplexer group (see ``act`` in :meth:`MvCore.elaborate`).
 ACT_GROUP_BITS = 2
 
@@ -369,7 +362,7 @@ class MvCore(wiring.Component):
         # enables come from flops and not from the handshake: ``~nxt_full & (gu.xe != e)``,
         # registered from its next value in copies, one per group of X_GROUP bytes.
         gu_xe_n = Mux(start_gu, nxt.xe, gu.xe)
-        groups = x_groups(cfg)
+        groups = -(-cfg.d_model // X_GROUP)
         for e in range(2):
             ens = ff_copies(m, platform, ~nxt_full_n & (gu_xe_n != e), groups, f"x_en_{e}", init=e)
             for g, en in enumerate(ens):
