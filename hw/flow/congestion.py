@@ -81,6 +81,25 @@ def band_counts(cells, band: int = BAND) -> dict[str, list[int]]:
     return dict(counts)
 
 
+def _net_boxes(cells, max_fanout: int):
+    """``(bit, (x0, x1, y0, y1), density)`` of each net with pins at 2 to ``max_fanout`` places:
+    its bounding box and its RUDY density ``(w + h) / (w * h)``."""
+    pins = collections.defaultdict(set)
+    for _, _, x, y, conns in cells:
+        for bits in conns.values():
+            for b in bits:
+                if isinstance(b, int):
+                    pins[b].add((x, y))
+    for bit, where in pins.items():
+        if len(where) < 2 or len(where) > max_fanout:
+            continue
+        xs = [p[0] for p in where]
+        ys = [p[1] for p in where]
+        x0, x1, y0, y1 = min(xs), max(xs), min(ys), max(ys)
+        w, h = x1 - x0 + 1, y1 - y0 + 1
+        yield bit, (x0, x1, y0, y1), (w + h) / (w * h)
+
+
 def rudy(cells, max_fanout: int = 2000):
     """RUDY demand per tile as a list of rows ``grid[y][x]``; nets above ``max_fanout`` sinks
     (clocks and resets on global networks) are left out.
@@ -88,23 +107,10 @@ def rudy(cells, max_fanout: int = 2000):
     Each net with pins at more than one place adds ``(w + h) / (w * h)`` to every tile of its
     ``w x h`` bounding box: its half-perimeter wire length spread evenly over the box.
     """
-    pins = collections.defaultdict(set)
-    for _, _, x, y, conns in cells:
-        for bits in conns.values():
-            for b in bits:
-                if isinstance(b, int):
-                    pins[b].add((x, y))
     width = max(x for _, _, x, _, _ in cells) + 1
     height = max(y for _, _, _, y, _ in cells) + 1
     grid = [[0.0] * width for _ in range(height)]
-    for where in pins.values():
-        if len(where) < 2 or len(where) > max_fanout:
-            continue
-        xs = [p[0] for p in where]
-        ys = [p[1] for p in where]
-        x0, x1, y0, y1 = min(xs), max(xs), min(ys), max(ys)
-        w, h = x1 - x0 + 1, y1 - y0 + 1
-        density = (w + h) / (w * h)
+    for _, (x0, x1, y0, y1), density in _net_boxes(cells, max_fanout):
         for y in range(y0, y1 + 1):
             row = grid[y]
             for x in range(x0, x1 + 1):
@@ -128,24 +134,12 @@ def tile_demand(cells, names: dict[int, str], x: int, y: int, max_fanout: int = 
     ``top`` of them. A group is the nets whose names are the same once every run of digits is
     written ``#`` (the bits of one bus, the same net in every lane); ``names`` maps a net bit to
     its name (unnamed bits are grouped as ``net``)."""
-    pins = collections.defaultdict(set)
-    for _, _, cx, cy, conns in cells:
-        for bits in conns.values():
-            for b in bits:
-                if isinstance(b, int):
-                    pins[b].add((cx, cy))
     demand, count = collections.Counter(), collections.Counter()
-    for bit, where in pins.items():
-        if len(where) < 2 or len(where) > max_fanout:
-            continue
-        xs = [p[0] for p in where]
-        ys = [p[1] for p in where]
-        if not (min(xs) <= x <= max(xs) and min(ys) <= y <= max(ys)):
-            continue
-        w, h = max(xs) - min(xs) + 1, max(ys) - min(ys) + 1
-        group = re.sub(r"\d+", "#", names.get(bit, "net"))
-        demand[group] += (w + h) / (w * h)
-        count[group] += 1
+    for bit, (x0, x1, y0, y1), density in _net_boxes(cells, max_fanout):
+        if x0 <= x <= x1 and y0 <= y <= y1:
+            group = re.sub(r"\d+", "#", names.get(bit, "net"))
+            demand[group] += density
+            count[group] += 1
     return [(g, round(v, 1), count[g]) for g, v in demand.most_common(top)]
 
 
