@@ -440,8 +440,23 @@ def make_board_top(design, board, pll, *, harness=False, baud=None):
     return BoardTop(design, board, pll, baud=baud)
 
 
+def board_overrides(design, board, *, floorplan=True):
+    """The build options of the board top of ``design`` on ``board``: :data:`BUILD_OVERRIDES`, and
+    with ``floorplan`` on an LFE5U-85F the BEL attributes of :mod:`hw.flow.floorplan` (yosys sets
+    them after synthesis). Returns ``(overrides, plan)``, ``plan`` the cell -> BEL map or ``None``."""
+    if not floorplan or board["device"] != "LFE5U-85F":
+        return BUILD_OVERRIDES, None
+    from hw.flow import floorplan as fp
+
+    try:
+        plan = fp.floorplan(design)
+    except fp.FloorplanError as e:
+        raise SynthError(f"floorplan: {e} (build with --no-floorplan to leave it to the placer)") from None
+    return {**BUILD_OVERRIDES, "script_after_synth": fp.yosys_script(plan)}, plan
+
+
 def run_synth(target_mhz=None, board_file=DEFAULT_BOARD_FILE, build_dir=None, progress=None, design=None,
-              harness=False, baud=None, allow_timing_fail=False):
+              harness=False, baud=None, allow_timing_fail=False, floorplan=True):
     """Build the bitstream, parse nextpnr's log and write ``report.json``; return the report.
 
     ``progress``, if given, is called with one status line before the (slow) build.
@@ -452,7 +467,8 @@ def run_synth(target_mhz=None, board_file=DEFAULT_BOARD_FILE, build_dir=None, pr
     When the routed design misses the PLL clock, :class:`TimingError` is raised after
     ``report.json`` has been written and the bitstream renamed ``<name>.timing-failed.bit``;
     with ``allow_timing_fail`` the bitstream keeps its name and the report carries
-    :data:`TIMING_FAIL_WARNING`.
+    :data:`TIMING_FAIL_WARNING`. The board top is placed with :mod:`hw.flow.floorplan`'s BEL
+    attributes unless ``floorplan`` is false (the harness never is).
     """
     from sw.config import DEFAULT_ACCEL
 
@@ -465,6 +481,7 @@ def run_synth(target_mhz=None, board_file=DEFAULT_BOARD_FILE, build_dir=None, pr
     pll = compute_pll(board["clock"]["frequency_mhz"], target_mhz)
     platform = make_platform(board)
     top = make_board_top(design, board, pll, harness=harness, baud=baud)
+    overrides, plan = board_overrides(design, board, floorplan=floorplan and not harness)
     setup_tool_env()
 
     (build_dir / "report.json").unlink(missing_ok=True)
@@ -474,8 +491,9 @@ def run_synth(target_mhz=None, board_file=DEFAULT_BOARD_FILE, build_dir=None, pr
                  f" (VCO {pll.fvco_mhz:.1f} MHz, CLKOP_DIV {pll.clkop_div});"
                  + (" synthesis harness;" if isinstance(top, HarnessTop) else
                     f" board top, UART {top.baud} baud ({top.clocks_per_bit} cycles per bit);")
+                 + (f" {len(plan)} multipliers and block RAMs floorplanned;" if plan else "")
                  + " yosys + nextpnr-ecp5 + ecppack take minutes")
-    parsed, seconds, log_path = build_and_parse(platform, top, name, build_dir)
+    parsed, seconds, log_path = build_and_parse(platform, top, name, build_dir, overrides=overrides)
     bitstream = build_dir / f"{name}.bit"
     if not bitstream.is_file():
         raise SynthError(f"{bitstream}: field 'bitstream': file was not produced")
@@ -495,6 +513,7 @@ def run_synth(target_mhz=None, board_file=DEFAULT_BOARD_FILE, build_dir=None, pr
         **parsed,
         # Included in ff above: the harness's own flops (upper bound), not the DUT's.
         "harness_ff_max": top.harness.register_bits if getattr(top, "harness", None) else None,
+        "floorplan_cells": len(plan) if plan else 0,
         "bitstream": str(bitstream),
         "nextpnr_log": str(log_path),
         "synth_seconds": round(seconds, 1),
@@ -536,6 +555,8 @@ def main(argv=None):
     parser.add_argument("--harness", action="store_true",
                         help="build the accelerator inside the LFSR synthesis harness instead of the "
                              "board top with its UART bridge")
+    parser.add_argument("--no-floorplan", action="store_true",
+                        help="leave every multiplier and block RAM to the placer (no BEL attributes)")
     args = parser.parse_args(argv)
     try:
         from sw.config import AccelConfig, ConfigError
@@ -546,7 +567,7 @@ def main(argv=None):
         report = run_synth(args.mhz, args.board, args.build_dir,
                            progress=lambda line: print(f"hw.flow.synth: {line}", file=sys.stderr),
                            design=design, harness=args.harness, baud=args.baud,
-                           allow_timing_fail=args.allow_timing_fail)
+                           allow_timing_fail=args.allow_timing_fail, floorplan=not args.no_floorplan)
     except TimingError as e:
         print(format_table(e.report))
         print(f"hw.flow.synth: error: {e}", file=sys.stderr)

@@ -183,14 +183,14 @@ def run_block(name, *, mhz=TARGET_MHZ, cfg=None, build_dir=DEFAULT_BUILD_DIR, bo
 
 
 def run_chip(*, mhz=CHIP_MHZ, cfg=None, build_dir=DEFAULT_BUILD_DIR, board_file=DEFAULT_BOARD_FILE,
-             placer="static"):
+             placer="static", floorplan=True):
     """Synthesise the whole board top for ``cfg`` and place it without routing, at a ``mhz`` PLL;
     return nextpnr's placement estimate of Fmax per clock and the resources.
 
     The estimate uses nextpnr's delay model for unrouted nets, so it is a prediction of the routed
     figure (``docs/timing.md`` compares the two), not a measurement. ecppack still writes a
     bitstream of the unrouted design; it is deleted, so that nothing loadable is left."""
-    from hw.flow.synth import BUILD_OVERRIDES, make_board_top
+    from hw.flow.synth import board_overrides, make_board_top
     from sw.config import DEFAULT_ACCEL
 
     if placer not in ("static", "heap", "sa"):
@@ -203,17 +203,25 @@ def run_chip(*, mhz=CHIP_MHZ, cfg=None, build_dir=DEFAULT_BUILD_DIR, board_file=
     setup_tool_env()
     out = Path(build_dir) / "chip"
     out.mkdir(parents=True, exist_ok=True)
-    opts = BUILD_OVERRIDES["nextpnr_opts"].replace("--placer static", f"--placer {placer}")
+    base, plan = board_overrides(design, board, floorplan=floorplan)
+    opts = base["nextpnr_opts"].replace("--placer static", f"--placer {placer}")
     # The placed netlist and its SDF (paths relative to the build directory: nextpnr runs in a
     # WASI sandbox there) give the critical paths of the placement (hw.flow.placed_timing).
-    overrides = {**BUILD_OVERRIDES,
+    overrides = {**base,
                  "nextpnr_opts": f"{opts} --no-route --write placed.json --sdf placed.sdf"}
     parsed, seconds, log_path = build_and_parse(platform, top, "top", out, overrides=overrides)
     for suffix in ("bit", "svf", "config"):
         (out / f"top.{suffix}").unlink(missing_ok=True)
+    if plan:
+        from hw.flow.floorplan import FloorplanError, check_placed
+        try:
+            check_placed(out / "placed.json", plan)
+        except FloorplanError as e:
+            raise SynthError(str(e)) from None
     paths = placed_paths(out / "placed.json", out / "placed.sdf", period_ns=1e3 / pll.fout_mhz)
     return {
         "block": "chip", "placed_only": True, "placer": placer, "accel": design.to_dict(),
+        "floorplan_cells": len(plan) if plan else 0,
         "clock": parsed["clock"], "fmax_estimate_mhz": parsed["fmax_mhz"], "clocks": parsed["clocks"],
         "target_mhz": pll.fout_mhz, "met_estimate": parsed.get("timing_met"),
         "dsp": parsed["dsp_used"], "ebr": parsed["ebr_used"], "lut4": parsed["lut4"], "ff": parsed["ff"],
@@ -253,6 +261,8 @@ def format_chip(row):
         f" ({'meets' if row['met_estimate'] else 'misses'} the PLL clock); every clock: {clocks}",
         f"  MULT18X18D {row['dsp']}, DP16KD {row['ebr']}, LUT4 {row['lut4']:,}, FF {row['ff']:,}, "
         f"TRELLIS_COMB {row['comb']:,} / {row['comb_total']:,}",
+        f"  floorplan: {row['floorplan_cells']} multipliers and block RAMs placed by hw.flow.floorplan"
+        if row.get("floorplan_cells") else "  floorplan: none (everything left to the placer)",
         f"  yosys + nextpnr placement + ecppack: {row['seconds'] / 60:.1f} min; log {row['log']}",
         *(["  worst placed paths (one per end signal; all paths and the failing endpoints by signal in "
            f"{row['paths_report']}):"] if row.get("worst_paths") else []),
@@ -401,6 +411,8 @@ def main(argv=None):
                              f"clock (default --mhz {CHIP_MHZ:g})")
     parser.add_argument("--placer", default="static",
                         help="nextpnr placer of --chip (default: static, as the board flow)")
+    parser.add_argument("--no-floorplan", action="store_true",
+                        help="--chip without hw.flow.floorplan's BEL attributes (all left to the placer)")
     parser.add_argument("--from-report", action="append", metavar="REPORT", default=None,
                         help="build nothing: take the rows of an earlier run's report.json (repeatable; "
                              "later files win)")
@@ -483,7 +495,8 @@ def _main_chip(args):
         build_dir = Path(args.build_dir)
         print(f"hw.flow.timing: the whole board top at {mhz:g} MHz, placed only ({args.placer} placer), in "
               f"{build_dir / 'chip'}; yosys and the placer take tens of minutes", file=sys.stderr)
-        row = run_chip(mhz=mhz, cfg=cfg, build_dir=build_dir, placer=args.placer)
+        row = run_chip(mhz=mhz, cfg=cfg, build_dir=build_dir, placer=args.placer,
+                       floorplan=not args.no_floorplan)
         write_report(row, build_dir / "chip" / "report.json")
         print(format_chip(row))
         print(f"report: {build_dir / 'chip' / 'report.json'}")
