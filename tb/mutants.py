@@ -196,6 +196,8 @@ MUTANTS = [
     _m("tas-group-refresh-period", "TAS: the refresh phase wraps one frame late",
        "hw/accel/tas_group.py", "Mux(phase >= every_m1, 0, phase + 1)", "Mux(phase > every_m1, 0, phase + 1)",
        "tests/test_tas_group.py"),
+    _m("tas-group-step-stuck", "TAS: an engine's step counter never leaves 0 (every step reads chunk 0)",
+       "hw/accel/tas_group.py", "Mux(in_take, 1 % S,", "Mux(in_take, 0,", "tests/test_tas_group.py"),
     _m("tas-group-tas-of-row-0", "TAS: every row reports row 0's score",
        "hw/accel/tas_group.py", "tas.eq(Array(tas_t)[row_o])", "tas.eq(tas_t[0])",
        "tests/test_tas_group.py"),

@@ -323,8 +323,10 @@ def test_bad_parameters(kwargs, match):
 def test_ccu2c_only_on_ecp5():
     dut = TasGroup(DIM, CFG.layers, CFG.tokens_per_frame, CFG.batch, lanes=CFG.tas_lanes)
     on = Counter(i.type for i in instances(Fragment.get(dut, Ecp5Stub())))
-    # 8 bit rows x 8 lane pairs x 5 CCU2C (9 result bits) per engine; nothing else hand-placed.
-    assert on == {"CCU2C": CFG.batch * 8 * (CFG.tas_lanes // 2) * 5}
+    # 8 bit rows x 8 lane pairs x 5 CCU2C (9 result bits) per engine; and a copy of the step
+    # counter (3 bits) per lane of each engine, kept apart (hw.lib.ff_copies).
+    assert on == {"CCU2C": CFG.batch * 8 * (CFG.tas_lanes // 2) * 5,
+                  "TRELLIS_FF": CFG.batch * CFG.tas_lanes * 3}
     dut = TasGroup(DIM, CFG.layers, CFG.tokens_per_frame, CFG.batch, lanes=CFG.tas_lanes)
     assert not list(instances(Fragment.get(dut, None)))
 

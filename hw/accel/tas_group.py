@@ -5,6 +5,7 @@ from amaranth.lib import data, fifo, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from hw.accel.layouts import tas_row_layout
+from hw.lib.ff_copies import word_copies
 from hw.lib.mult18 import is_ecp5
 from hw.lib.widths import index_bits, mul_const
 from sw.golden import quant
@@ -313,7 +314,7 @@ class TasGroup(wiring.Component):
         # ---- engines ------------------------------------------------------------------------
         accs, diffs = [], []
         for b in range(B):
-            acc, diff = self._engine(m, b, taps, in_take[b], neg_thr_acc, use_prim, sb)
+            acc, diff = self._engine(m, platform, b, taps, in_take[b], neg_thr_acc, use_prim, sb)
             accs.append(acc)
             diffs.append(diff)
 
@@ -427,35 +428,24 @@ class TasGroup(wiring.Component):
         return m
 
     # ------------------------------------------------------------------------------------------
-    def _engine(self, m, b, taps, in_take, neg_thr_acc, use_prim, sb):
+    def _engine(self, m, platform, b, taps, in_take, neg_thr_acc, use_prim, sb):
         """Engine ``b``: operand select, partial products, adder tree, accumulators."""
         P, S = self._lanes, self.steps
         # Step: s in the cycle tap s holds this engine's chunk s. It is 0 in stage 1, the cycle
-        # ``in_take`` (the engine's take, registered) is high, so nothing here waits on the input
-        # handshake: the counter holds s - 1 from then on and the select is 0 while ``in_take``.
+        # ``in_take`` (the engine's take, registered) is high: the counter waits at 0 between rows
+        # (it wraps from s - 1 to 0), and ``in_take`` loads 1 for the next cycle. So the select is
+        # the counter itself, a flop, and nothing here waits on the input handshake.
         step = Signal(range(max(S, 2)), name=f"e{b}_step")
-        with m.If(in_take):
-            m.d.sync += step.eq(min(1, S - 1))
-        with m.Elif(step != S - 1):
-            m.d.sync += step.eq(step + 1)
-        # The select fans out to every operand bit: copies of the counter, each driving a few
-        # lanes. Copy g holds ``step ^ g`` so that Yosys cannot merge the copies back into one.
+        step_next = Signal.like(step, name=f"e{b}_step_next")
+        m.d.comb += step_next.eq(Mux(in_take, 1 % S, Mux(step == 0, 0, Mux(step == S - 1, 0, step + 1))))
+        m.d.sync += step.eq(step_next)
+        # The select fans out to every operand bit: a copy of the counter per lane
+        # (:func:`hw.lib.ff_copies.word_copies`, which synthesis keeps apart), placed beside it.
+        sels = word_copies(m, platform, step_next, P, f"e{b}_sel")
         w = len(step)
-        copies = min(P, 1 << w)
-        sels = []
-        for g in range(copies):
-            c = Signal(w, name=f"e{b}_step_{g}", init=g)
-            with m.If(in_take):
-                m.d.sync += c.eq(min(1, S - 1) ^ g)
-            with m.Elif(step != S - 1):
-                m.d.sync += c.eq((step + 1)[:w] ^ g)
-            # Kept as a wire, so that synthesis cannot fold ``in_take`` into every operand bit.
-            sel = Signal(w, name=f"e{b}_sel_{g}", attrs={"keep": 1})
-            m.d.comb += sel.eq(Mux(in_take, 0, c ^ g))
-            sels.append(sel)
         op = Signal(2 * 8 * P, name=f"e{b}_op", reset_less=True)
         for ln in range(P):
-            sel = sels[ln * copies // P]
+            sel = sels[ln]
             for base in (8 * ln, 8 * P + 8 * ln):
                 level = [t[base:base + 8] for t in taps]
                 level += [level[-1]] * ((1 << w) - len(level))
