@@ -110,7 +110,12 @@ def accelerator_summary(runs: list[dict], wall_s: float) -> tuple[list[str], str
         lines.append(f"{Path(trace).name}: {len(pos)} positions ({_ranges(pos)}), {len(lay)} layers, "
                      f"{mine[0].get('rows', '?')} rows; coverage, cycles in which each held over its runs: "
                      + ", ".join(f"{k.removeprefix('cov_')} {v:,}" for k, v in cov.items()))
-        missed = [k for k, v in cov.items() if v == 0]
+        from hw.accel.accelerator import NEVER_EVENTS
+
+        missed = [k for k, v in cov.items() if v == 0 and k not in NEVER_EVENTS]
+        broken = [k for k in NEVER_EVENTS if cov.get(k)]
+        if broken:
+            failure = f"{trace}: {', '.join(broken)} must stay 0 and did not"
         if missed and any(r["seed"] is not None and r["stall"] > 0 for r in mine):
             failure = (f"{trace}: the runs never reached {', '.join(missed)} "
                        f"(the stall runs are meant to reach every coverage event)")

@@ -555,6 +555,9 @@ async def run_mode(dut, tr, cfg, groups, mode, seed, stall, log, *, reset=True, 
     counters["core_busy"] = [delta[f"core_busy_{p}"] for p in range(cfg.cores)]
     # Cycle counts of this run; a peak is the highest since the reset.
     counters["coverage"] = {k: after[k] if k.endswith("_peak") else delta[k] for k in coverage_events(cfg)}
+    refused = counters["coverage"]["cov_result_refused"]
+    assert refused == 0, (f"{mode}: {refused} cycles in which a result reached the reorder buffer with its "
+                          f"slot full (the accelerator relies on every slot being free)")
     assert counters["rows_replayed"] == int(sum(want_r[g].sum() for g in groups)), counters
     assert counters["total_cycles"] == sum(cycles), counters
     jobs = {k: delta[k] for k in schedule_counters(cfg)}
