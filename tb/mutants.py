@@ -73,6 +73,9 @@ MUTANTS = [
     _m("dispatcher-last-chunk", "DRS dispatcher off by one: a row ends after chunk S-2 (its last chunk is "
        "never dispatched)", "hw/accel/dispatcher.py", "chunk[h] == S - 1", "chunk[h] == S - 2",
        "tests/test_dispatcher_sim.py", f"{_F}[dispatcher_drs]", f"{_F}[dispatcher_static]"),
+    _m("dispatcher-drs-no-copy", "DRS: a row goes to holder 0 only, so core 1 reads a stale tag",
+       "hw/accel/dispatcher.py", "took & ((dest == h) | ~self.static)", "took & (dest == h)",
+       "tests/test_dispatcher_sim.py", f"{_F}[dispatcher_drs]"),
     _m("dispatcher-drs-skips-last-core", "DRS never considers the highest-numbered core",
        "hw/accel/dispatcher.py", "for p in reversed(range(P)):", "for p in reversed(range(P - 1)):",
        "tests/test_dispatcher_sim.py", f"{_F}[dispatcher_drs]"),

@@ -19,6 +19,7 @@ from hw.accel.mv_core import gu_rq_load_layout
 from hw.accel.replay_cache import ReplayCache
 from hw.accel.row_out import rqd_load_layout
 from hw.accel.tas_group import TasGroup, group_decision_layout
+from hw.lib.ff_copies import word_copies
 from hw.lib.reorder_buffer import ReorderBuffer
 from hw.lib.skid import SkidBuffer
 from hw.lib.widths import index_bits
@@ -26,6 +27,9 @@ from sw.config import AccelConfig
 
 __all__ = ["NEVER_EVENTS", "Accelerator", "Target", "cfg_layout", "coverage_events",
            "same_row_finish_possible", "schedule_counters"]
+
+#: Bytes of a row selected (replay cache or MLP) by one copy of the cache's output valid.
+ROB_SELECT_BYTES = 12
 
 #: Counters of :func:`coverage_events` that must stay 0: invariants the design relies on, not
 #: events a testbench should reach.
@@ -269,11 +273,17 @@ class Accelerator(wiring.Component):
             cache.o.ready.eq(1),
         ]
         with m.If(cache.o.valid):
-            m.d.comb += [rob.i.valid.eq(1), rob.i.p.tag.eq(cache.o.p.row),
-                         rob.i.p.data.y.eq(cache.o.p.y), rob.i.p.data.replay.eq(1)]
+            m.d.comb += [rob.i.valid.eq(1), rob.i.p.tag.eq(cache.o.p.row), rob.i.p.data.replay.eq(1)]
         with m.Else():
-            m.d.comb += [rob.i.valid.eq(rob_from_mlp), rob.i.p.tag.eq(mlp.o.p.tag),
-                         rob.i.p.data.y.eq(mlp.o.p.y), rob.i.p.data.replay.eq(0)]
+            m.d.comb += [rob.i.valid.eq(rob_from_mlp), rob.i.p.tag.eq(mlp.o.p.tag), rob.i.p.data.replay.eq(0)]
+        # The row itself is selected by copies of the cache's output valid, one per group of
+        # ``ROB_SELECT_BYTES`` bytes, each beside its slice of the reorder buffer's slots.
+        groups = -(-d // ROB_SELECT_BYTES)
+        picks = word_copies(m, platform, cache.o_valid_next, groups, "rob_pick")
+        for g in range(groups):
+            lo, hi = g * ROB_SELECT_BYTES, min(d, (g + 1) * ROB_SELECT_BYTES)
+            for e in range(lo, hi):
+                m.d.comb += rob.i.p.data.y[e].eq(Mux(picks[g], cache.o.p.y[e], mlp.o.p.y[e]))
 
         # --- in-order output --------------------------------------------------------------------
         # Each row's TAS, from its decision to its output (groups do not overlap).

@@ -24,7 +24,8 @@ def row_job_layout(layers, tag_bits):
 class Dispatcher(wiring.Component):
     """Dynamic Resource Scheduling: each row's ``chunks`` hidden chunks go to whichever core is free.
 
-    - **DRS** (``static = 0``): one row is held at a time and its chunks ``0 .. chunks-1`` go, one
+    - **DRS** (``static = 0``): one row is held at a time (a copy in every holder, so that each
+      core's job fields come from its own holder in every mode) and its chunks ``0 .. chunks-1`` go, one
       per cycle at most, each to the lowest-numbered core that can take a job in that cycle. No
       core idles while a chunk is waiting, so even a group with a single computed row keeps every
       core busy. The next row is taken in the cycle after its predecessor's last chunk leaves:
@@ -103,10 +104,11 @@ class Dispatcher(wiring.Component):
                 m.d.comb += o.valid.eq(busy[0] & can & (target == p))
                 with m.If(o.valid & o.ready):
                     m.d.comb += sent[0].eq(1)
-            with m.If(self.static):
-                m.d.comb += [o.p.layer.eq(held[p].layer), o.p.tag.eq(held[p].tag), o.p.chunk.eq(chunk[p])]
-            with m.Else():
-                m.d.comb += [o.p.layer.eq(held[0].layer), o.p.tag.eq(held[0].tag), o.p.chunk.eq(chunk[0])]
+            # Each core's layer and tag come from its own holder in every mode (a DRS row is
+            # copied into every holder), so that ``static`` does not select the tag with which
+            # the core reads its row's x.
+            m.d.comb += [o.p.layer.eq(held[p].layer), o.p.tag.eq(held[p].tag),
+                         o.p.chunk.eq(Mux(self.static, chunk[p], chunk[0]))]
 
         # Which holder takes the incoming row.
         dest = Signal(range(max(2, P)))
@@ -122,6 +124,9 @@ class Dispatcher(wiring.Component):
                 m.d.sync += chunk[h].eq(Mux(last[h], 0, chunk[h] + 1))
                 with m.If(last[h]):
                     m.d.sync += busy[h].eq(0)
-            with m.If(self.i.valid & self.i.ready & (dest == h)):
-                m.d.sync += [held[h].eq(self.i.p), busy[h].eq(1), chunk[h].eq(0)]
+            took = self.i.valid & self.i.ready
+            with m.If(took & ((dest == h) | ~self.static)):
+                m.d.sync += held[h].eq(self.i.p)
+            with m.If(took & (dest == h)):
+                m.d.sync += [busy[h].eq(1), chunk[h].eq(0)]
         return m

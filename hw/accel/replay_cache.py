@@ -57,6 +57,8 @@ class ReplayCache(wiring.Component):
     i : In(stream.Signature(request_layout(...)))
     o : Out(stream.Signature(read_layout(dim, batch)))
         Read data and the row they answer.
+    o_valid_next : Out(1)
+        ``o.valid`` of the next cycle (so that a consumer can keep copies of it in registers).
     """
 
     #: Cycles from a read request taken to its data on ``o`` (the request register, the block
@@ -71,6 +73,7 @@ class ReplayCache(wiring.Component):
         super().__init__({
             "i": In(stream.Signature(request_layout(dim, layers, tokens_per_frame, batch))),
             "o": Out(stream.Signature(read_layout(dim, batch))),
+            "o_valid_next": Out(1),
         })
 
     @property
@@ -106,6 +109,7 @@ class ReplayCache(wiring.Component):
             ]
         # The read stage's valid and row, then the output register's (o).
         stage_valid, stage_row = Signal(), Signal.like(p.row)
+        m.d.comb += self.o_valid_next.eq(Mux(en, stage_valid, self.o.valid))
         with m.If(en):
             m.d.sync += [stage_valid.eq(req_valid & ~req_write), stage_row.eq(req_row),
                          self.o.valid.eq(stage_valid), self.o.p.row.eq(stage_row)]

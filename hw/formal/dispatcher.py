@@ -136,5 +136,9 @@ class DispatcherWork(PropertyWrapper):
                     m.d.comb += Assert(chunk == 0, f"idle holder {h} starts at chunk 0")
         if self.invariants and not self.static:
             for h in range(1, P):
-                m.d.comb += Assert(~body[f"busy_{h}"], f"DRS: holder {h} stays idle")
+                m.d.comb += [
+                    Assert(~body[f"busy_{h}"], f"DRS: holder {h} stays idle"),
+                    Assert(Value.cast(body[f"held_{h}"]) == Value.cast(body["held_0"]),
+                           f"DRS: holder {h} holds a copy of holder 0's row"),
+                ]
         return m
