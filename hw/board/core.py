@@ -19,6 +19,7 @@ from hw.board.uart_bridge import Framing, UartBridge, assign_opcodes, framing
 from hw.board.uart_rx import UartRx, check_clocks_per_bit
 from hw.board.uart_tx import UartTx
 from hw.lib.global_buffer import global_buffer
+from hw.lib.skid import SkidBuffer
 from sw.config import AccelConfig
 
 __all__ = ["BoardCore", "LinkFormat", "link_format", "counter_names", "info_bytes", "parse_info",
@@ -202,8 +203,16 @@ class BoardCore(wiring.Component):
         m.d.comb += [rx.rx.eq(self.rx), self.tx.eq(tx.tx), bridge.rx_error.eq(rx.frame_error | rx.overflow)]
         wiring.connect(m, rx.o, bridge.i)
         wiring.connect(m, bridge.o, tx.i)
-        for name in (*WRITES, *READS):
+        for name in WRITES:
             wiring.connect(m, getattr(bridge, name), getattr(accel, name))
+        # The output rows reach the bridge through a register slice (in the accelerator's domain,
+        # so a soft reset empties it): the reorder buffer's head select and the bridge's answer
+        # shift register are then two paths from registers, not one across the die. It is
+        # outside the accelerator, whose cycle counters end at its own ``y``.
+        y_slice = m.submodules.y_slice = DomainRenamer("accel")(
+            SkidBuffer(accel.y.p.shape(), mode="forward"))
+        wiring.connect(m, accel.y, y_slice.i)
+        wiring.connect(m, y_slice.o, bridge.y)
         counters = [accel.core_busy[int(n.rsplit("_", 1)[1])] if n.startswith("core_busy_")
                     else getattr(accel, n) for n in names]
         # The status word reaches the bridge through a register of its own (no enable), so that
