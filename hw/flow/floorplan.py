@@ -18,7 +18,9 @@ read data of the weight store (both ports of every bank, to both cores) crosses 
   minimises the wire to the four multipliers it feeds (the Manhattan distance summed over them),
   all banks at once (a minimum-cost assignment, :func:`assign`). The block-RAM row at Y 46 lies
   between the two cores' DSP rows; the rest spill over to Y 22 and 70, and the lanes on Y 10 take
-  Y 22. What is left (the replay cache and the tables) is the placer's.
+  Y 22. The blocks of the two tables both cores read (gate/up requantisation, SiLU) join the
+  assignment, drawn to the middle between the cores. What is left (the replay cache) is the
+  placer's.
 
 The result is a yosys script (:func:`yosys_script`) that the board flow runs after synthesis: for
 each cell one ``select -assert-count 1`` (so that a renamed cell fails the build, naming it) and one
@@ -52,9 +54,13 @@ EBR_SITES = tuple((x + 2 * k, f"EBR{k}") for x in GROUP_X for k in range(4))
 HOME_ROWS = (34, 58)
 SPILL_ROW = 10
 
+#: Weight of a shared table's distance to each core against a bank's to each of its multipliers.
+TABLE_WEIGHT = 8
+
 #: Netlist names of the constrained cells (the hierarchy of hw.board.top.BoardTop after yosys).
 MULT_CELL = "core.accel.mlp.core_{p}.mv.mul_{n}_{k}.dsp"
 BANK_CELL = "core.accel.mlp.store.ram_l{lane}_b{bank}.ebr"
+TABLE_CELL = "core.accel.mlp.{table}.ram_{b}.ebr"
 
 
 class FloorplanError(ValueError):
@@ -133,18 +139,36 @@ def assign(cost: np.ndarray) -> np.ndarray:
     return col
 
 
-def bank_sites(cfg: AccelConfig, mults=None) -> dict[tuple[int, int], tuple[int, int, str]]:
-    """``(lane, bank) -> (x, y, bel suffix)`` of every weight-store DP16KD: each at the site that,
-    over all banks together, minimises the summed distance to the multipliers its words feed."""
+def table_blocks(cfg: AccelConfig) -> dict[str, int]:
+    """DP16KD of each table the two cores share (:class:`hw.lib.shared_table.SharedTable`), by
+    netlist name: the gate/up requantisation table and the SiLU table."""
+    from hw.accel.layouts import h_params_layout
+    from hw.accel.mv_core import gu_table_depth, silu_table_depth
+    from hw.lib.bram import widest_data_width
+
+    if cfg.cores != 2:
+        return {}
+    return {name: -(-width // widest_data_width(depth))
+            for name, width, depth in (("rq_table", h_params_layout().size, gu_table_depth(cfg)),
+                                       ("silu_table", 8, silu_table_depth(cfg)))}
+
+
+def bank_sites(cfg: AccelConfig, mults=None) -> dict[tuple, tuple[int, int, str]]:
+    """``(lane, bank) -> (x, y, bel suffix)`` of every weight-store DP16KD, and ``(table, block) ->
+    ...`` of the blocks of the tables the cores share: each at the site that, over all of them
+    together, minimises the summed distance to what it feeds. A bank feeds its lane's multipliers;
+    a table block feeds both cores' logic, counted at the middle of each core's DSP row and
+    weighted by :data:`TABLE_WEIGHT` (its reads lie on the cores' control paths, so it goes to the
+    middle of the die before any bank)."""
     mults = mults or mult_sites(cfg)
     lanes = cfg.mv_in * cfg.mv_out // 2
     banks = -(-cfg.mv_weight_blocks // BANK_WORDS)
     sites = [(x, y, s) for y in EBR_ROWS for x, s in EBR_SITES]
-    if lanes * banks > len(sites):
-        raise FloorplanError(f"{lanes * banks} weight banks for {len(sites)} DP16KD sites")
     users = {lane: [] for lane in range(lanes)}
     for (_p, n, k), (x, y, _) in mults.items():
         users[weight_position(n, k, cfg.mv_in)[0]].append((x, y))
+    middle = (GROUP_X[0] + MULT_SITES[-1][0]) // 2
+    cores = [(middle, HOME_ROWS[p]) for p in range(cfg.cores)]
     sx = np.array([s[0] for s in sites])
     sy = np.array([s[1] for s in sites])
     rows, cost = [], []
@@ -153,6 +177,13 @@ def bank_sites(cfg: AccelConfig, mults=None) -> dict[tuple[int, int], tuple[int,
         for b in range(banks):
             rows.append((lane, b))
             cost.append(c)
+    for name, blocks in table_blocks(cfg).items():
+        c = TABLE_WEIGHT * sum(np.abs(sx - x) + np.abs(sy - y) for x, y in cores)
+        for b in range(blocks):
+            rows.append((name, b))
+            cost.append(c)
+    if len(rows) > len(sites):
+        raise FloorplanError(f"{len(rows)} weight banks and table blocks for {len(sites)} DP16KD sites")
     col = assign(np.array(cost))
     return {key: sites[j] for key, j in zip(rows, col, strict=True)}
 
@@ -161,8 +192,11 @@ def floorplan(cfg: AccelConfig) -> dict[str, str]:
     """Cell name -> BEL of every constrained cell of the board top built for ``cfg``."""
     mults = mult_sites(cfg)
     out = {MULT_CELL.format(p=p, n=n, k=k): bel(x, y, s) for (p, n, k), (x, y, s) in mults.items()}
-    out.update({BANK_CELL.format(lane=lane, bank=b): bel(x, y, s)
-                for (lane, b), (x, y, s) in bank_sites(cfg, mults).items()})
+    for (lane, b), (x, y, s) in bank_sites(cfg, mults).items():
+        if isinstance(lane, int):
+            out[BANK_CELL.format(lane=lane, bank=b)] = bel(x, y, s)
+        else:
+            out[TABLE_CELL.format(table=lane, b=b)] = bel(x, y, s)
     return out
 
 
