@@ -113,6 +113,20 @@ def test_chip_places_the_whole_board_top_and_leaves_no_bitstream(tmp_path):
     estimate = report["paths_estimate_mhz"][report["clock"]]
     assert estimate == pytest.approx(report["fmax_estimate_mhz"], abs=0.02)
     assert (tmp_path / "chip" / "paths.txt").exists() and "worst placed paths" in r.stdout
+    # Floorplanned (hw.flow.floorplan, checked against the placed netlist), and a routed prediction.
+    assert report["floorplan_cells"] > 0 and "floorplan:" in r.stdout
+    assert report["predicted_routed_mhz"] == timing.predicted_routed(report["fmax_estimate_mhz"])
+    assert "predicted routed Fmax" in r.stdout
+
+
+def test_predicted_routed_spans_the_measured_ratios():
+    lo, hi = timing.predicted_routed(100.0)
+    assert lo == pytest.approx(100 * 116.78 / 86.39, abs=0.01)
+    assert hi == pytest.approx(100 * 88.66 / 60.23, abs=0.01)
+    # Each board top routed so far lies inside the range its own estimate predicts.
+    for est, routed in ((86.39, 116.78), (48.55, 69.82), (60.23, 88.66)):
+        lo, hi = timing.predicted_routed(est)
+        assert lo - 0.01 <= routed <= hi + 0.01
 
 
 def test_chip_takes_no_block():

@@ -60,6 +60,11 @@ __all__ = ["BLOCKS", "CHIP_MHZ", "TARGET_MHZ", "TOLERANCE", "RECORD", "make_bloc
 TARGET_MHZ = 180.0
 #: The PLL target of ``--chip`` (the whole chip's goal; nextpnr's placer is timing-driven towards it).
 CHIP_MHZ = 125.0
+#: Routed Fmax over nextpnr's placement estimate, measured on board tops placed and then routed in
+#: one run (docs/timing.md): the tiny one (86.39 -> 116.78 MHz), the mid-size one (48.55 ->
+#: 69.82) and the floorplanned default one (60.23 -> 88.66). ``--chip`` scales its estimate by
+#: their range to predict the routed figure.
+ROUTED_OVER_ESTIMATE = {"tiny": 116.78 / 86.39, "mid-size": 69.82 / 48.55, "default": 88.66 / 60.23}
 #: How far below its recorded Fmax a block may fall before ``--check`` fails.
 TOLERANCE = 0.05
 #: The recorded Fmax of each block (``python -m hw.flow.timing --record ...`` writes it).
@@ -226,6 +231,7 @@ def run_chip(*, mhz=CHIP_MHZ, cfg=None, build_dir=DEFAULT_BUILD_DIR, board_file=
         "target_mhz": pll.fout_mhz, "met_estimate": parsed.get("timing_met"),
         "dsp": parsed["dsp_used"], "ebr": parsed["ebr_used"], "lut4": parsed["lut4"], "ff": parsed["ff"],
         "comb": parsed["comb"], "comb_total": parsed["comb_total"],
+        "predicted_routed_mhz": predicted_routed(parsed["fmax_mhz"]),
         "seconds": round(seconds, 1), "log": str(log_path), **paths,
     }
 
@@ -248,6 +254,19 @@ def placed_paths(placed, sdf, *, period_ns, top=8):
             "worst_paths": worst, "paths_report": str(out / "paths.txt")}
 
 
+def predicted_routed(estimate_mhz):
+    """The routed Fmax that a placement estimate predicts: ``[low, high]`` MHz, the estimate scaled
+    by the lowest and highest of :data:`ROUTED_OVER_ESTIMATE`."""
+    ratios = ROUTED_OVER_ESTIMATE.values()
+    return [round(estimate_mhz * min(ratios), 2), round(estimate_mhz * max(ratios), 2)]
+
+
+def _predicted_line(mhz):
+    lo, hi = min(ROUTED_OVER_ESTIMATE.values()), max(ROUTED_OVER_ESTIMATE.values())
+    return (f"  predicted routed Fmax: {mhz[0]:.1f}-{mhz[1]:.1f} MHz (the estimate x {lo:.2f}-{hi:.2f}, "
+            f"routed over estimate on the board tops routed so far; docs/timing.md)")
+
+
 def format_chip(row):
     """The ``--chip`` result in a few lines."""
     def net(name):
@@ -259,6 +278,7 @@ def format_chip(row):
         f"PLL at {row['target_mhz']:.3f} MHz:",
         f"  placement estimate: {row['fmax_estimate_mhz']:.2f} MHz for {net(row['clock'])}"
         f" ({'meets' if row['met_estimate'] else 'misses'} the PLL clock); every clock: {clocks}",
+        *([_predicted_line(row["predicted_routed_mhz"])] if row.get("predicted_routed_mhz") else []),
         f"  MULT18X18D {row['dsp']}, DP16KD {row['ebr']}, LUT4 {row['lut4']:,}, FF {row['ff']:,}, "
         f"TRELLIS_COMB {row['comb']:,} / {row['comb_total']:,}",
         f"  floorplan: {row['floorplan_cells']} multipliers and block RAMs placed by hw.flow.floorplan"
