@@ -15,7 +15,16 @@ from hw.lib.shared_table import SharedTable
 from hw.lib.widths import mul_const
 from sw.config import AccelConfig
 
-__all__ = ["MlpEngine"]
+__all__ = ["MlpEngine", "shared_tables"]
+
+
+def shared_tables(cfg: AccelConfig) -> dict[str, tuple[int, int]]:
+    """The tables both cores read (two cores only), by submodule name: ``(width, depth)`` of the
+    gate/up requantisation table and of the SiLU table."""
+    if cfg.cores != 2:
+        return {}
+    return {"rq_table": (h_params_layout().size, gu_table_depth(cfg)),
+            "silu_table": (8, silu_table_depth(cfg))}
 
 
 class MlpEngine(wiring.Component):
@@ -109,8 +118,9 @@ class MlpEngine(wiring.Component):
         m.d.comb += [disp.static.eq(self.static), disp.chunk_rr.eq(self.chunk_rr)]
         shared = P == 2
         if shared:
-            m.submodules.rq_table = rq_table = SharedTable(h_params_layout().size, gu_table_depth(cfg))
-            m.submodules.silu_table = silu_table = SharedTable(8, silu_table_depth(cfg))
+            tables = shared_tables(cfg)
+            m.submodules.rq_table = rq_table = SharedTable(*tables["rq_table"])
+            m.submodules.silu_table = silu_table = SharedTable(*tables["silu_table"])
             m.d.comb += [
                 rq_table.w.valid.eq(self.rq.valid), rq_table.w.p.addr.eq(self.rq.p.addr),
                 rq_table.w.p.data.eq(self.rq.p.p),

@@ -20,11 +20,16 @@ from hw.lib.bram import BramTdp
 from hw.lib.mult18 import is_ecp5
 from sw.config import AccelConfig
 
-__all__ = ["BANK_WORDS", "WORD_BITS", "HALF_BITS", "WeightStore", "weight_position", "block_to_words",
-           "words_to_block"]
+__all__ = ["BANK_WORDS", "WORD_BITS", "HALF_BITS", "WeightStore", "bank_count", "weight_position",
+           "block_to_words", "words_to_block"]
 
 #: Words of one DP16KD in its 18-bit configuration, and the word and half-word widths.
 BANK_WORDS, WORD_BITS, HALF_BITS = 1024, 18, 9
+
+
+def bank_count(cfg: AccelConfig) -> int:
+    """DP16KD per lane of the weight store: ``mv_weight_blocks`` words, 1,024 per bank."""
+    return -(-cfg.mv_weight_blocks // BANK_WORDS)
 
 
 def weight_position(n: int, k: int, mv_in: int) -> tuple[int, int]:
@@ -190,8 +195,8 @@ class WeightStore(wiring.Component):
 
     @property
     def banks(self) -> int:
-        """DP16KD per lane (1,024 blocks each)."""
-        return -(-self.depth // BANK_WORDS)
+        """DP16KD per lane (1,024 blocks each): :func:`bank_count`."""
+        return bank_count(self._cfg)
 
     @property
     def copies(self) -> int:

@@ -35,7 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
-from hw.accel.weight_store import BANK_WORDS, weight_position
+from hw.accel.weight_store import bank_count, weight_position
 from sw.config import AccelConfig
 
 __all__ = ["DSP_ROWS", "EBR_ROWS", "MULT_SITES", "EBR_SITES", "FloorplanError", "assign", "bank_sites",
@@ -140,17 +140,12 @@ def assign(cost: np.ndarray) -> np.ndarray:
 
 
 def table_blocks(cfg: AccelConfig) -> dict[str, int]:
-    """DP16KD of each table the two cores share (:class:`hw.lib.shared_table.SharedTable`), by
+    """DP16KD of each table the two cores share (:func:`hw.accel.mlp_engine.shared_tables`), by
     netlist name: the gate/up requantisation table and the SiLU table."""
-    from hw.accel.layouts import h_params_layout
-    from hw.accel.mv_core import gu_table_depth, silu_table_depth
-    from hw.lib.bram import widest_data_width
+    from hw.accel.mlp_engine import shared_tables
+    from hw.lib.shared_table import table_blocks as blocks
 
-    if cfg.cores != 2:
-        return {}
-    return {name: -(-width // widest_data_width(depth))
-            for name, width, depth in (("rq_table", h_params_layout().size, gu_table_depth(cfg)),
-                                       ("silu_table", 8, silu_table_depth(cfg)))}
+    return {name: blocks(width, depth) for name, (width, depth) in shared_tables(cfg).items()}
 
 
 def bank_sites(cfg: AccelConfig, mults=None) -> dict[tuple, tuple[int, int, str]]:
@@ -162,7 +157,7 @@ def bank_sites(cfg: AccelConfig, mults=None) -> dict[tuple, tuple[int, int, str]
     middle of the die before any bank)."""
     mults = mults or mult_sites(cfg)
     lanes = cfg.mv_in * cfg.mv_out // 2
-    banks = -(-cfg.mv_weight_blocks // BANK_WORDS)
+    banks = bank_count(cfg)
     sites = [(x, y, s) for y in EBR_ROWS for x, s in EBR_SITES]
     users = {lane: [] for lane in range(lanes)}
     for (_p, n, k), (x, y, _) in mults.items():

@@ -11,6 +11,11 @@ from hw.lib.widths import index_bits
 __all__ = ["SharedTable", "table_write_layout"]
 
 
+def table_blocks(width: int, depth: int) -> int:
+    """DP16KD blocks of a ``width``-bit, ``depth``-word :class:`SharedTable`, side by side."""
+    return -(-width // widest_data_width(depth))
+
+
 def table_write_layout(width: int, depth: int):
     """One write of a :class:`SharedTable`: ``addr`` and the word ``data``."""
     return data.StructLayout({"addr": index_bits(depth), "data": width})
@@ -65,8 +70,8 @@ class SharedTable(wiring.Component):
 
     @property
     def blocks(self) -> int:
-        """DP16KD blocks the table takes."""
-        return -(-self._width // self._dw)
+        """DP16KD blocks the table takes: :func:`table_blocks`."""
+        return table_blocks(self._width, self._depth)
 
     def elaborate(self, platform):
         m = Module()
