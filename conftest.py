@@ -114,11 +114,11 @@ def accelerator_summary(runs: list[dict], wall_s: float) -> tuple[list[str], str
 
         missed = [k for k, v in cov.items() if v == 0 and k not in NEVER_EVENTS]
         broken = [k for k in NEVER_EVENTS if cov.get(k)]
-        if broken:
-            failure = f"{trace}: {', '.join(broken)} must stay 0 and did not"
         if missed and any(r["seed"] is not None and r["stall"] > 0 for r in mine):
             failure = (f"{trace}: the runs never reached {', '.join(missed)} "
                        f"(the stall runs are meant to reach every coverage event)")
+        if broken:
+            failure = f"{trace}: {', '.join(broken)} must stay 0 and did not"
     seeds = sorted(r["seed"] for r in runs if r["seed"] is not None)
     sim = sum(r["sim_cycles"] for r in runs)
     busy = sum(r["wall_s"] for r in runs)

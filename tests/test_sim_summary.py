@@ -29,3 +29,21 @@ def test_summary_fails_when_drs_loses():
     assert failure and "DRS is not faster than static assignment (130 cycles against 125)" in failure
     _, failure = accelerator_summary(runs(400, 420, 400), wall_s=2.0)
     assert failure and "replay saved no cycles" in failure
+
+
+def test_summary_coverage_to_reach_and_to_stay_zero():
+    from hw.accel.accelerator import NEVER_EVENTS
+
+    def with_coverage(refused, peak):
+        out = runs(100, 125, 400)
+        out[-1]["coverage"] = {"cov_rob_full": 3, "cov_tas_queue_peak": peak, NEVER_EVENTS[0]: refused}
+        return out
+
+    # Every event reached and the invariant held: no failure; the must-stay-0 counter is not "missed".
+    _, failure = accelerator_summary(with_coverage(0, 1), wall_s=2.0)
+    assert failure is None
+    _, failure = accelerator_summary(with_coverage(0, 0), wall_s=2.0)
+    assert failure and "never reached cov_tas_queue_peak" in failure and NEVER_EVENTS[0] not in failure
+    # A result refused by the reorder buffer fails the session, whatever else was missed.
+    _, failure = accelerator_summary(with_coverage(2, 0), wall_s=2.0)
+    assert failure and f"{NEVER_EVENTS[0]} must stay 0 and did not" in failure
