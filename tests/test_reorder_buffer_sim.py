@@ -9,13 +9,13 @@ from amaranth.sim import Simulator
 from hw.lib.reorder_buffer import ReorderBuffer
 
 
-def _run(depth, seed, *, eligible, ready_p, n=200, bound=None):
+def _run(depth, seed, *, eligible, ready_p, n=200, bound=None, select_bits=None):
     """``n`` results through a ``ReorderBuffer(depth)``: a producer offers, at random, one of the
     pending sequence numbers that ``eligible(s, out, pending)`` allows (``out``: results taken so
     far) and holds it until ``i.ready``; a consumer takes ``o`` with probability ``ready_p`` per
     cycle. Returns the payloads taken and the cycles the producer waited on ``i.ready``.
     ``bound``: simulated cycles to stop at (None: until the consumer has all ``n``)."""
-    dut = ReorderBuffer(unsigned(16), depth)
+    dut = ReorderBuffer(unsigned(16), depth, select_bits=select_bits)
     rng = np.random.default_rng(seed)
     sim = Simulator(dut)
     sim.add_clock(1e-8)
@@ -63,10 +63,13 @@ def _want(n=200):
     return [(s * 7919) & 0xFFFF for s in range(n)]
 
 
-@pytest.mark.parametrize("depth,seed", [(4, 0), (8, 1), (8, 2)])
-def test_in_order_under_shuffle(depth, seed):
-    # any sequence number within depth of the next one to leave may finish now
-    got, _ = _run(depth, seed, ready_p=0.6,
+@pytest.mark.parametrize("depth,seed,select_bits", [(4, 0, None), (8, 1, None), (8, 2, None), (4, 5, 5),
+                                                    (8, 6, 16)])
+def test_in_order_under_shuffle(depth, seed, select_bits):
+    # any sequence number within depth of the next one to leave may finish now; with
+    # ``select_bits`` the output row is selected by several copies of the head (5: groups of
+    # 5, 5, 5 and 1 bits)
+    got, _ = _run(depth, seed, ready_p=0.6, select_bits=select_bits,
                   eligible=lambda s, out, pending: s < out + depth and pending.index(s) < depth)
     assert got == _want()
 
@@ -83,3 +86,9 @@ def test_a_result_for_an_occupied_slot_waits(depth, seed):
                        and all(t not in pending for t in range(s - depth + 1)))
     assert waited > 0, "no result met an occupied slot: the test did not test the refusal"
     assert got == _want(n), f"{len(got)} of {n} results out, or out of order"
+
+
+@pytest.mark.parametrize("bad", [0, -3, True, 2.5])
+def test_bad_select_bits_is_refused(bad):
+    with pytest.raises(ValueError, match="select_bits"):
+        ReorderBuffer(unsigned(16), 4, select_bits=bad)

@@ -167,7 +167,7 @@ class Accelerator(wiring.Component):
         m.submodules.cache = cache = ReplayCache(d, cfg.layers, cfg.tokens_per_frame, B)
         m.submodules.mlp = mlp = MlpEngine(cfg, tag_bits=tag_bits)
         rob_layout = data.StructLayout({"y": data.ArrayLayout(signed(8), d), "replay": 1})
-        m.submodules.rob = rob = ReorderBuffer(rob_layout, max(2, B))
+        m.submodules.rob = rob = ReorderBuffer(rob_layout, max(2, B), select_bits=8 * ROB_SELECT_BYTES)
 
         # --- configuration ---------------------------------------------------------------------
         # Each word is registered, with its target decoded into one valid flop per target, so

@@ -118,9 +118,10 @@ def _cache(cfg):
 def _rob(cfg):
     from amaranth import signed
 
+    from hw.accel.accelerator import ROB_SELECT_BYTES
     from hw.lib.reorder_buffer import ReorderBuffer
     layout = data.StructLayout({"y": data.ArrayLayout(signed(8), cfg.d_model), "replay": 1})
-    return ReorderBuffer(layout, max(2, cfg.batch))
+    return ReorderBuffer(layout, max(2, cfg.batch), select_bits=8 * ROB_SELECT_BYTES)
 
 
 def _uart(cfg):
@@ -236,13 +237,14 @@ def run_chip(*, mhz=CHIP_MHZ, cfg=None, build_dir=DEFAULT_BUILD_DIR, board_file=
     }
 
 
-def placed_paths(placed, sdf, *, period_ns, top=8):
+def placed_paths(placed, sdf, *, period_ns, top=8, routed=False):
     """The worst paths of a placed design (one per end signal) and its failing endpoints grouped
     by signal at ``period_ns`` and at 10 ns, from :mod:`hw.flow.placed_timing`; the full report is
-    written beside the netlist as ``paths.json`` and ``paths.txt``."""
+    written beside the netlist as ``paths.json`` and ``paths.txt``. With ``routed`` the SDF's
+    routed delays are used instead of the placement estimate."""
     from hw.flow import placed_timing as pt
 
-    an = pt.analyse(pt.read_sdf(sdf), pt.read_placement(placed))
+    an = pt.analyse(pt.read_sdf(sdf), pt.read_placement(placed), routed=routed)
     periods = sorted({round(period_ns, 3), 10.0})
     report = pt.build_report(an, top=top, periods=periods, distinct=True)
     out = Path(placed).parent
@@ -251,6 +253,7 @@ def placed_paths(placed, sdf, *, period_ns, top=8):
     worst = [{"from": p["from"], "to": p["to"], "ns": p["delay_ns"], "logic_ns": p["logic_ns"],
               "routing_ns": p["routing_ns"]} for p in report["paths"]]
     return {"paths_estimate_mhz": {c: v["fmax_mhz"] for c, v in report["clocks"].items()},
+            "failing_endpoints": {k: v["endpoints"] for k, v in report["failing"].items()},
             "worst_paths": worst, "paths_report": str(out / "paths.txt")}
 
 

@@ -4,6 +4,7 @@ from amaranth import *
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from hw.lib.ff_copies import word_copies
 from hw.lib.widths import index_bits
 
 __all__ = ["ReorderBuffer"]
@@ -25,6 +26,10 @@ class ReorderBuffer(wiring.Component):
         Payload of one result.
     depth : int
         Slots; a power of two.
+    select_bits : int or None
+        Bits of ``o.payload`` selected by each copy of the head register (None: one head for all).
+        A wide row selected by one register is a net with a load per bit; with a copy per group of
+        bits each copy can sit beside its group of slots.
 
     Members
     -------
@@ -35,10 +40,13 @@ class ReorderBuffer(wiring.Component):
         Which slots hold a result (for coverage counts; nothing else reads it).
     """
 
-    def __init__(self, shape, depth):
+    def __init__(self, shape, depth, *, select_bits=None):
         if depth < 2 or depth & (depth - 1):
             raise ValueError(f"ReorderBuffer depth must be a power of two >= 2, not {depth!r}")
-        self._shape, self._depth = shape, depth
+        if select_bits is not None and (isinstance(select_bits, bool) or not isinstance(select_bits, int)
+                                        or select_bits < 1):
+            raise ValueError(f"ReorderBuffer select_bits must be a positive int or None, not {select_bits!r}")
+        self._shape, self._depth, self._select_bits = shape, depth, select_bits
         tag_bits = index_bits(depth)
         super().__init__({
             "i": In(stream.Signature(data.StructLayout({"tag": tag_bits, "data": shape}))),
@@ -59,7 +67,6 @@ class ReorderBuffer(wiring.Component):
         m.d.comb += [
             self.i.ready.eq(~full.bit_select(self.i.p.tag, 1)),
             self.o.valid.eq(head_valid),
-            self.o.p.eq(slots[self.head]),
         ]
         set_mask = Signal(D)
         clr_mask = Signal(D)
@@ -77,4 +84,13 @@ class ReorderBuffer(wiring.Component):
             m.d.comb += [head_n.eq(self.head + 1), clr_mask.eq(1 << self.head)]
         m.d.comb += full_n.eq((full | set_mask) & ~clr_mask)
         m.d.sync += [self.head.eq(head_n), full.eq(full_n), head_valid.eq(full_n.bit_select(head_n, 1))]
+        # The output row: each group of ``select_bits`` bits is selected by a copy of the head
+        # register of its own (all equal to ``head``).
+        width = Value.cast(slots[0]).shape().width
+        step = self._select_bits or width
+        groups = -(-width // step)
+        heads = word_copies(m, platform, head_n, groups, "head_sel") if groups > 1 else [self.head]
+        flat = [Value.cast(s) for s in slots]
+        m.d.comb += self.o.p.eq(Cat(*(Array(f[g * step:min(width, (g + 1) * step)] for f in flat)[heads[g]]
+                                      for g in range(groups))))
         return m
