@@ -9,7 +9,7 @@ from hw.accel.mv_layout import pass_lengths
 from hw.accel.mv_unit import MvUnit
 from hw.accel.requant_lane import MUX2_INIT, RequantLane
 from hw.lib.bram import Bram, widest_data_width
-from hw.lib.ff_copies import ff_copies
+from hw.lib.ff_copies import ff_copies, word_copies
 from hw.lib.mult18 import Mult18, is_ecp5
 from hw.lib.widths import index_bits, mul_const
 from sw.config import AccelConfig
@@ -533,42 +533,50 @@ class MvCore(wiring.Component):
 
         # --- D sums -> the row accumulators -------------------------------------------------------
         R = cfg.row_sum_bits
-        m.submodules.acc = acc = memory.Memory(shape=data.ArrayLayout(signed(R), O), depth=n_acc, init=[])
-        aw = acc.write_port()
-        ar = acc.read_port(domain="comb")
-        ao = acc.read_port(domain="comb")       # distributed RAM: both reads asynchronous, registered here
+        # One memory per output column, each with copies of its own of the read and write
+        # addresses and the write enable (:func:`hw.lib.ff_copies.word_copies`): an address that
+        # reaches every distributed-RAM cell of all columns is one net across the core.
+        accs = []
+        for n in range(O):
+            mem = memory.Memory(shape=signed(R), depth=n_acc, init=[])
+            m.submodules[f"acc_{n}"] = mem
+            accs.append((mem.write_port(), mem.read_port(domain="comb"), mem.read_port(domain="comb")))
         touched = Signal(n_acc)
-        m.d.comb += ar.addr.eq(a_idx)
         r_v, r_last, r_touched, t_pre = Signal(), Signal(), Signal(), Signal()
         r_idx = Signal(range(n_acc))
-        r_old = Signal.like(ar.data, reset_less=True)
+        r_old = Signal(data.ArrayLayout(signed(R), O), reset_less=True)
         r_sum = Signal(data.ArrayLayout(signed(mv.acc_bits), O), reset_less=True)
         r_tag = Signal(max(1, tb))
         r_layer = Signal(layer_bits)
+        ar_idx = word_copies(m, platform, a_early, O, "ar_idx")    # each equals a_idx
+        w_idx_c = word_copies(m, platform, r_idx, O, "w_idx")      # each equals w_idx
+        w_v_c = ff_copies(m, platform, r_v, O, "w_v")              # each equals w_v
+        for n, (_, ar, _) in enumerate(accs):
+            m.d.comb += ar.addr.eq(ar_idx[n])
+            m.d.sync += r_old[n].eq(ar.data)
         m.d.sync += [r_v.eq(out_d), r_last.eq(desc.ob == L["d_ob"] - 1), r_idx.eq(a_idx),
-                     r_touched.eq(t_pre), r_old.eq(ar.data), r_sum.eq(mv.o.p),
+                     r_touched.eq(t_pre), r_sum.eq(mv.o.p),
                      r_tag.eq(desc.tag), r_layer.eq(desc.layer)]
         # t_pre = touched[a_idx] of the next cycle, read a cycle ahead through the one-hot a_oh
         # (a_idx of the next cycle): the bit as the updates below leave it, cleared by group_start,
         # set by this cycle's r_v at r_idx.
         m.d.sync += t_pre.eq(~self.group_start & ((touched & a_oh).any() | (r_v & (r_idx == a_early))))
         # The new sums are registered before the write (ACC_WRITE_DISTANCE).
-        w_v = Signal()
-        w_idx = Signal.like(r_idx)
-        w_data = Signal.like(ar.data, reset_less=True)
-        m.d.sync += [w_v.eq(r_v), w_idx.eq(r_idx)]
-        for n in range(O):
+        w_data = Signal.like(r_old, reset_less=True)
+        for n, (aw, _, _) in enumerate(accs):
             m.d.sync += w_data[n].eq(Mux(r_touched, r_old[n] + r_sum[n], r_sum[n]))
-        m.d.comb += [aw.en.eq(w_v), aw.addr.eq(w_idx), aw.data.eq(w_data)]
+            m.d.comb += [aw.en.eq(w_v_c[n]), aw.addr.eq(w_idx_c[n]), aw.data.eq(w_data[n])]
         with m.If(self.group_start):
             m.d.sync += touched.eq(0)
         with m.Elif(r_v):
             m.d.sync += touched.bit_select(r_idx, 1).eq(1)
         m.d.sync += [self.done.valid.eq(r_v & r_last), self.done.p.tag.eq(r_tag),
                      self.done.p.layer.eq(r_layer)]
-        acc_q = Signal.like(ao.data, reset_less=True)
-        m.d.sync += acc_q.eq(ao.data)
-        m.d.comb += [ao.addr.eq(self.acc_addr), self.acc_data.eq(acc_q)]
+        acc_q = Signal.like(r_old, reset_less=True)
+        for n, (_, _, ao) in enumerate(accs):
+            m.d.sync += acc_q[n].eq(ao.data)
+            m.d.comb += ao.addr.eq(self.acc_addr)
+        m.d.comb += self.acc_data.eq(acc_q)
         # On the ECP5 the touched bit of acc_addr is read by PLC-sized multiplexers (acc_addr arrives
         # late: it also addresses every distributed RAM cell of the accumulators).
         if is_ecp5(platform):
