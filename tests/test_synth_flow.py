@@ -51,3 +51,21 @@ def test_synth_config_the_gateware_refuses_is_one_line(tmp_path):
     assert r.returncode == 1
     want = f"{accel}: accelerator config: d_model / mv_in = 4 is below mv_out=8"
     assert r.stderr.count("\n") == 1 and want in r.stderr, r.stderr
+
+
+def test_synth_small_board_top_names_its_routed_paths(tmp_path):
+    """The board top (UART bridge, floorplan) of a small accelerator: the report carries the routed
+    paths of hw.flow.placed_timing, whose Fmax is nextpnr's own (the routed SDF's delays)."""
+    accel = tmp_path / "accel.json"
+    accel.write_text(json.dumps(TINY_ACCEL.to_dict()))
+    out = tmp_path / "synth"
+    r = subprocess.run([sys.executable, "-m", "hw.flow.synth", "--accel", str(accel),
+                        "--build-dir", str(out), "--mhz", "50"], cwd=REPO, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-3000:]
+    report = json.loads((out / "report.json").read_text())
+    assert report["timing_met"] and report["floorplan_cells"] > 0
+    routed = report["paths_mhz"][report["clock"]]
+    assert abs(routed - report["fmax_mhz"]) <= 0.01 * report["fmax_mhz"], (routed, report["fmax_mhz"])
+    assert report["failing_endpoints"] == {"10": 0, "20": 0}
+    assert report["worst_paths"] and Path(report["paths_report"]).is_file()
+    assert "endpoints over" in r.stdout

@@ -370,6 +370,10 @@ def format_table(report):
              for i, line in enumerate(report.get("critical_path", []))]
     rows += [("  through" if i == 0 else "", signal)
              for i, signal in enumerate(report.get("critical_path_signals", []))]
+    if report.get("failing_endpoints"):
+        rows.append(("endpoints over", ", ".join(f"{n:,} at {float(p):g} ns"
+                                                 for p, n in report["failing_endpoints"].items())
+                     + f" (routed, by signal in {report['paths_report']})"))
     width = max(len(name) for name, _ in rows)
     return "\n".join(f"{name:<{width}}  {value}" for name, value in rows)
 
@@ -482,6 +486,11 @@ def run_synth(target_mhz=None, board_file=DEFAULT_BOARD_FILE, build_dir=None, pr
     platform = make_platform(board)
     top = make_board_top(design, board, pll, harness=harness, baud=baud)
     overrides, plan = board_overrides(design, board, floorplan=floorplan and not harness)
+    if not harness:
+        # The routed netlist and its SDF, from which hw.flow.placed_timing names every endpoint
+        # that misses the clock (nextpnr prints one critical path).
+        overrides = {**overrides, "nextpnr_opts": f"{overrides['nextpnr_opts']} "
+                                                  f"--write {name}.routed.json --sdf {name}.sdf"}
     setup_tool_env()
 
     (build_dir / "report.json").unlink(missing_ok=True)
@@ -518,6 +527,16 @@ def run_synth(target_mhz=None, board_file=DEFAULT_BOARD_FILE, build_dir=None, pr
         "nextpnr_log": str(log_path),
         "synth_seconds": round(seconds, 1),
     }
+    routed_json, sdf = build_dir / f"{name}.routed.json", build_dir / f"{name}.sdf"
+    if routed_json.is_file() and sdf.is_file():
+        from hw.flow.timing import placed_paths
+        if progress:
+            progress(f"routed paths: every endpoint over {1e3 / pll.fout_mhz:.3f} ns, from {sdf.name}")
+        paths = placed_paths(routed_json, sdf, period_ns=1e3 / pll.fout_mhz, routed=True)
+        report["paths_mhz"] = paths["paths_estimate_mhz"]
+        report["worst_paths"] = paths["worst_paths"]
+        report["paths_report"] = paths["paths_report"]
+        report["failing_endpoints"] = paths["failing_endpoints"]
     failed = not report["timing_met"]
     if failed and allow_timing_fail:
         report["warning"] = TIMING_FAIL_WARNING
