@@ -23,8 +23,9 @@ Writes ``report.json``:
 - ``points``, one per tau: tau, replay_ratio, cycles_dense, cycles_fastcar (DRS), cycles_static
   (row-static), cycles_static_chunk (chunk round-robin), speedup = dense / fastcar, ideal = rows /
   computed rows, mac_ops = MACs done, mac_utilization = MACs done / (MAC units x cycles), gops = 2 x
-  mac_ops / (cycles_fastcar / fmax_mhz) in 1e9 per second (``null`` without an Fmax; whether timing
-  was met is in ``fmax_source``), drs_gain = static / fastcar,
+  mac_ops / (cycles_fastcar / clock_mhz) in 1e9 per second, where ``clock_mhz`` is the PLL clock of
+  that build if it met it (``null``, and no GOPS, otherwise: :func:`synth_clock`, the reason in
+  ``clock_source``), drs_gain = static / fastcar,
   drs_gain_chunk = static_chunk / fastcar; the cycle model's totals model_cycles_fastcar,
   model_cycles_static, model_cycles_static_chunk, model_cycles_dense, cycle_model_worst_error and
   per mode cycle_model;
@@ -211,6 +212,20 @@ def synth_fmax(cfg, path: Path | None = None) -> tuple[float | None, str]:
                   + (f", PLL {pll:.3f} MHz" if isinstance(pll, (int, float)) else "") + f", {met}")
 
 
+def synth_clock(cfg, path: Path | None = None) -> tuple[float | None, str]:
+    """``(clock_mhz, why)``: the clock the bitstream of the synthesis report at ``path`` runs at,
+    its PLL clock, if that build met it (and names ``cfg``, :func:`synth_fmax`); otherwise ``None``
+    and why not. A build that misses its clock has none to run at, whatever its Fmax."""
+    fmax, source = synth_fmax(cfg, path)
+    if fmax is None:
+        return None, source
+    rep = json.loads(Path(path or SYNTH_REPORT).read_text())
+    pll = rep.get("pll_mhz")
+    if not rep.get("timing_met") or not isinstance(pll, (int, float)):
+        return None, f"timing not met ({source})"
+    return float(pll), f"the PLL clock, met ({source})"
+
+
 def achieved_gops(p: dict, fmax_mhz: float | None) -> float | None:
     """Achieved GOPS of a bench point at the routed Fmax: 2 operations per MAC done, over the
     FastCar+DRS cycles at ``fmax_mhz``; ``None`` without an Fmax."""
@@ -252,14 +267,17 @@ def write(points, out: Path) -> None:
     from sw.config import DEFAULT_ACCEL as cfg
 
     fmax, fmax_source = synth_fmax(cfg)
+    run_mhz, run_source = synth_clock(cfg)
     for p in points:
-        p["gops"] = achieved_gops(p, fmax)
+        p["gops"] = achieved_gops(p, run_mhz)
     clock = (f"Fmax {fmax:.2f} MHz ({fmax_source})" if fmax is not None else f"Fmax not known: {fmax_source}")
+    clock += (f"; GOPS at {run_mhz:.3f} MHz, {run_source}" if run_mhz is not None
+              else f"; no GOPS: {run_source}")
     lines = [f"{cfg.mac_units} MAC units ({cfg.cores} cores); {clock}.", "",
              "Three schedules of the same FastCar rows: DRS (each chunk to the first free core), chunk "
              "round-robin (chunk j on core j mod cores) and row-static (row b on core b mod cores).", "",
              "| tau | replay ratio | dense cycles | FastCar+DRS | chunk-RR | row-static | speed-up | ideal "
-             "| of ideal | MAC utilisation | GOPS at Fmax | chunk-RR / DRS | static / DRS "
+             "| of ideal | MAC utilisation | GOPS at the met clock | chunk-RR / DRS | static / DRS "
              "| cycle model (DRS / chunk-RR / static) | model worst group |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for p in points:
@@ -289,7 +307,7 @@ def write(points, out: Path) -> None:
 
     with atomic_dir(out, force=True) as tmp:
         report = {"accel": cfg.to_dict(), "macs": cfg.mac_units, "fmax_mhz": fmax, "fmax_source": fmax_source,
-                  "points": points}
+                  "clock_mhz": run_mhz, "clock_source": run_source, "points": points}
         (tmp / "report.json").write_text(json.dumps(report, indent=1) + "\n")
         (tmp / "report.md").write_text(table)
         fig, ax = plt.subplots(figsize=(5.5, 3.4), dpi=100)

@@ -85,12 +85,25 @@ def test_report_files(tmp_path, monkeypatch):
     assert rep["accel"] == DEFAULT_ACCEL.to_dict() and rep["macs"] == DEFAULT_ACCEL.mac_units
     assert rep["fmax_mhz"] == 57.5 and "board top" in rep["fmax_source"]
     assert rep["points"][0]["cycles_static_chunk"] == p["cycles_static_chunk"]
-    # Achieved GOPS: 2 operations per MAC done, over the FastCar cycles at the routed Fmax.
+    # Achieved GOPS: 2 operations per MAC done, over the FastCar cycles at the met PLL clock
+    # (50 MHz), not at the Fmax.
     computed = int((1 - load_decode_trace(GOLDEN).replay[fake_rep()["groups"]]).sum())
     mac_ops = computed * 3 * DEFAULT_ACCEL.d_model * DEFAULT_ACCEL.d_ff
-    want = 2 * mac_ops * 57.5e6 / p["cycles_fastcar"] / 1e9
+    want = 2 * mac_ops * 50.0e6 / p["cycles_fastcar"] / 1e9
     assert rep["points"][0]["gops"] == pytest.approx(want, rel=1e-12)
+    assert rep["clock_mhz"] == 50.0 and "met" in rep["clock_source"]
     assert bench.achieved_gops(p, None) is None
     md = (tmp_path / "out" / "report.md").read_text()
     assert "chunk-RR" in md and "row-static" in md and f"{p['cycles_static_chunk']:,}" in md
     assert (tmp_path / "out" / "speedup.png").stat().st_size > 0
+
+
+def test_no_gops_from_a_build_that_missed_its_clock(tmp_path, monkeypatch):
+    monkeypatch.setattr(bench, "SYNTH_REPORT", write_synth(tmp_path / "synth" / "report.json",
+                                                           fmax_mhz=88.66, pll_mhz=100.0, timing_met=False))
+    p = bench.point(-1.5, GOLDEN, fake_rep())
+    bench.write([p], tmp_path / "out")
+    rep = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert rep["fmax_mhz"] == 88.66 and rep["clock_mhz"] is None and rep["points"][0]["gops"] is None
+    assert "timing not met" in rep["clock_source"]
+    assert "no GOPS: timing not met" in (tmp_path / "out" / "report.md").read_text()
