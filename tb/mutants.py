@@ -217,6 +217,18 @@ MUTANTS = [
     _m("accel-tlast-off-by-one", "tlast of a group's output on the row before the last",
        "hw/accel/accelerator.py", "rows_out + 1 == rows_in", "rows_out + 2 == rows_in",
        "tests/test_accelerator_sim.py"),
+    _m("rob-head-copy-late", "reorder buffer: the copies of the head that select the output row "
+       "lag it by a cycle", "hw/lib/reorder_buffer.py",
+       'word_copies(m, platform, head_n, groups, "head_sel")',
+       'word_copies(m, platform, self.head, groups, "head_sel")',
+       "tests/test_reorder_buffer_sim.py"),
+    _m("acc-write-address-early", "core accumulators: a column's write address copy takes the read "
+       "address of the next sum", "hw/accel/mv_core.py",
+       'word_copies(m, platform, r_idx, O, "w_idx")', 'word_copies(m, platform, a_idx, O, "w_idx")',
+       "tests/test_mv_core.py::test_core_rows_are_the_integer_mlp"),
+    _m("lane-shift-early", "requantiser lane: the shift controls meet the product a stage early",
+       "hw/accel/requant_lane.py", "registered_shift_controls(m, shift[2], width + 1)",
+       "registered_shift_controls(m, shift[1], width + 1)", "tests/test_requant_lane.py"),
 ]
 
 
