@@ -226,9 +226,6 @@ MUTANTS = [
        "address of the next sum", "hw/accel/mv_core.py",
        'word_copies(m, platform, r_idx, O, "w_idx")', 'word_copies(m, platform, a_idx, O, "w_idx")',
        "tests/test_mv_core.py::test_core_rows_are_the_integer_mlp"),
-    _m("lane-shift-early", "requantiser lane: the shift controls meet the product a stage early",
-       "hw/accel/requant_lane.py", "registered_shift_controls(m, shift[2], width + 1)",
-       "registered_shift_controls(m, shift[1], width + 1)", "tests/test_requant_lane.py"),
 ]
 
 

@@ -128,8 +128,7 @@ class RequantLane(wiring.Component):
     Stages: the operands in the DSP input registers (:class:`hw.lib.mult18.Mult18`); the product(s)
     in the DSP output registers; for an ``acc`` wider than 18 bits, ``acc = hi * 2**17 + lo`` with
     ``lo`` unsigned, so ``acc * mult = (hi * mult << 17) + lo * mult`` from two DSPs, added in
-    the third stage; the product once more, so that the shifter can sit away from the DSPs; the
-    arithmetic shift, with the round and sticky bits of what it shifts out;
+    the third stage; the arithmetic shift, with the round and sticky bits of what it shifts out;
     the rounding increment added and the result saturated. ``mult`` is unsigned 16-bit, a 17-bit
     signed operand.
 
@@ -147,7 +146,7 @@ class RequantLane(wiring.Component):
     o : Out(stream.Signature(lane_out_layout(tag_bits), always_ready=True))
     """
 
-    latency = 6
+    latency = 5
 
     def __init__(self, acc_bits, tag_bits=1):
         if not isinstance(acc_bits, int) or not 2 <= acc_bits <= quant.ACC_BITS:
@@ -189,24 +188,21 @@ class RequantLane(wiring.Component):
 
         valid = Signal(self.latency, reset_less=False)
         tag = [Signal.like(self.i.p.tag, name=f"tag_{s}", reset_less=True) for s in range(self.latency)]
-        shift = [Signal(quant.SHIFT_BITS, name=f"shift_{s}", reset_less=True) for s in range(3)]
+        shift = [Signal(quant.SHIFT_BITS, name=f"shift_{s}", reset_less=True) for s in range(2)]
         m.d.sync += [valid.eq(Cat(self.i.valid, valid[:-1])), tag[0].eq(self.i.p.tag),
                      shift[0].eq(self.i.p.shift), shift[1].eq(shift[0])]
         for s in range(1, self.latency):
             m.d.sync += tag[s].eq(tag[s - 1])
 
-        # Stage 3: the product; stage 4: the product again, so that the DSP and the shifter
-        # need not be neighbours (the lanes' multipliers share one DSP row of the die); the
-        # shift's controls registered beside it.
+        # Stage 3: the product; the shift's controls registered beside it.
         prod = Signal(signed(width), reset_less=True)
-        prod2 = Signal(signed(width), reset_less=True)
-        m.d.sync += [prod.eq(full), prod2.eq(prod), shift[2].eq(shift[1])]
-        controls = registered_shift_controls(m, shift[2], width + 1)
-        # Stage 5: arithmetic shift, and beside it the round bit and the sticky bit of the bits
+        m.d.sync += prod.eq(full)
+        controls = registered_shift_controls(m, shift[1], width + 1)
+        # Stage 4: arithmetic shift, and beside it the round bit and the sticky bit of the bits
         # shifted out (round_shift's increment is ``round & (sticky | q[0])``; q[0] is the last
-        # bit out of the shifter, so the increment is formed in stage 6, not after the shifter).
+        # bit out of the shifter, so the increment is formed in stage 5, not after the shifter).
         pe = Signal(signed(width + 1))
-        m.d.comb += pe.eq(prod2)
+        m.d.comb += pe.eq(prod)
         sh, half, below = controls
         q4 = Signal(signed(width + 1), reset_less=True)
         round4 = Signal(reset_less=True)
@@ -214,7 +210,7 @@ class RequantLane(wiring.Component):
         m.d.sync += [q4.eq(shift_right(m, pe, sh, primitive=is_ecp5(platform))),
                      round4.eq((pe.as_unsigned() & half).any()),
                      sticky4.eq((pe.as_unsigned() & below).any())]
-        # Stage 6: the increment and saturation.
+        # Stage 5: the increment and saturation.
         up = Signal()
         m.d.comb += up.eq(round4 & (sticky4 | q4[0]))
         y = Signal(signed(8), reset_less=True)

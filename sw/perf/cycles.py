@@ -46,7 +46,7 @@ class Latencies:
         self.tas = tas if tas is not None else steps + _tas_tree_stages(cfg.tas_lanes) + 6
         self.weights = 6
         self.mv = 3 + max(0, (cfg.mv_in - 1).bit_length()) + 1
-        self.requant = 6
+        self.requant = 5
         self.mult = 2
         self.cache = 3
         d_ob = cfg.d_model // cfg.mv_out
