@@ -57,7 +57,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 __all__ = ["DELAY_UNIT_PS", "TimingError", "parse_bel", "predict_delay", "signal_name", "read_sdf",
-           "read_placement", "analyse", "format_report", "main"]
+           "read_placement", "analyse", "format_report", "placed_paths", "main"]
 
 #: ``80 - 9 * ArchArgs::speed`` of nextpnr-ecp5 (``SPEED_6 = 0``, ``SPEED_7 = 1``, ``SPEED_8 = 2``):
 #: picoseconds per unit of :func:`predict_delay`, by the ``--speed`` given to nextpnr.
@@ -870,12 +870,31 @@ def _at(xy):
 
 def write_json(report, path, *, force=False):
     """Write ``report`` to ``path`` through a temporary file; refuse to replace a file without ``force``."""
-    from hw.flow.synth import write_report
+    from sw.atomic import atomic_file
 
     path = Path(path)
     if path.exists() and not force:
         raise TimingError(f"{path}: exists; use --force to replace it")
-    write_report(report, path)
+    with atomic_file(path) as tmp:
+        Path(tmp).write_text(json.dumps(report, indent=2) + "\n")
+
+
+def placed_paths(placed, sdf, *, period_ns, top=8, routed=False):
+    """The worst paths of a placed design (one per end signal) and its failing endpoints grouped
+    by signal at ``period_ns`` and at 10 ns, from :func:`analyse` and :func:`build_report`; the full report is
+    written beside the netlist as ``paths.json`` and ``paths.txt``. With ``routed`` the SDF's
+    routed delays are used instead of the placement estimate."""
+    an = analyse(read_sdf(sdf), read_placement(placed), routed=routed)
+    periods = sorted({round(period_ns, 3), 10.0})
+    report = build_report(an, top=top, periods=periods, distinct=True)
+    out = Path(placed).parent
+    write_json(report, out / "paths.json", force=True)
+    (out / "paths.txt").write_text(format_report(report, limit=40) + "\n")
+    worst = [{"from": p["from"], "to": p["to"], "ns": p["delay_ns"], "logic_ns": p["logic_ns"],
+              "routing_ns": p["routing_ns"]} for p in report["paths"]]
+    return {"paths_estimate_mhz": {c: v["fmax_mhz"] for c, v in report["clocks"].items()},
+            "failing_endpoints": {k: v["endpoints"] for k, v in report["failing"].items()},
+            "worst_paths": worst, "paths_report": str(out / "paths.txt")}
 
 
 def main(argv=None):

@@ -529,7 +529,7 @@ def run_synth(target_mhz=None, board_file=DEFAULT_BOARD_FILE, build_dir=None, pr
     }
     routed_json, sdf = build_dir / f"{name}.routed.json", build_dir / f"{name}.sdf"
     if routed_json.is_file() and sdf.is_file():
-        from hw.flow.timing import placed_paths
+        from hw.flow.placed_timing import placed_paths
         if progress:
             progress(f"routed paths: every endpoint over {1e3 / pll.fout_mhz:.3f} ns, from {sdf.name}")
         paths = placed_paths(routed_json, sdf, period_ns=1e3 / pll.fout_mhz, routed=True)

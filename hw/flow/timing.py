@@ -225,6 +225,8 @@ def run_chip(*, mhz=CHIP_MHZ, cfg=None, build_dir=DEFAULT_BUILD_DIR, board_file=
             check_placed(out / "placed.json", plan)
         except FloorplanError as e:
             raise SynthError(str(e)) from None
+    from hw.flow.placed_timing import placed_paths
+
     paths = placed_paths(out / "placed.json", out / "placed.sdf", period_ns=1e3 / pll.fout_mhz)
     return {
         "block": "chip", "placed_only": True, "placer": placer, "accel": design.to_dict(),
@@ -236,26 +238,6 @@ def run_chip(*, mhz=CHIP_MHZ, cfg=None, build_dir=DEFAULT_BUILD_DIR, board_file=
         "predicted_routed_mhz": predicted_routed(parsed["fmax_mhz"]),
         "seconds": round(seconds, 1), "log": str(log_path), **paths,
     }
-
-
-def placed_paths(placed, sdf, *, period_ns, top=8, routed=False):
-    """The worst paths of a placed design (one per end signal) and its failing endpoints grouped
-    by signal at ``period_ns`` and at 10 ns, from :mod:`hw.flow.placed_timing`; the full report is
-    written beside the netlist as ``paths.json`` and ``paths.txt``. With ``routed`` the SDF's
-    routed delays are used instead of the placement estimate."""
-    from hw.flow import placed_timing as pt
-
-    an = pt.analyse(pt.read_sdf(sdf), pt.read_placement(placed), routed=routed)
-    periods = sorted({round(period_ns, 3), 10.0})
-    report = pt.build_report(an, top=top, periods=periods, distinct=True)
-    out = Path(placed).parent
-    pt.write_json(report, out / "paths.json", force=True)
-    (out / "paths.txt").write_text(pt.format_report(report, limit=40) + "\n")
-    worst = [{"from": p["from"], "to": p["to"], "ns": p["delay_ns"], "logic_ns": p["logic_ns"],
-              "routing_ns": p["routing_ns"]} for p in report["paths"]]
-    return {"paths_estimate_mhz": {c: v["fmax_mhz"] for c, v in report["clocks"].items()},
-            "failing_endpoints": {k: v["endpoints"] for k, v in report["failing"].items()},
-            "worst_paths": worst, "paths_report": str(out / "paths.txt")}
 
 
 def predicted_routed(estimate_mhz):
