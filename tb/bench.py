@@ -226,12 +226,12 @@ def synth_clock(cfg, path: Path | None = None) -> tuple[float | None, str]:
     return float(pll), f"the PLL clock, met ({source})"
 
 
-def achieved_gops(p: dict, fmax_mhz: float | None) -> float | None:
-    """Achieved GOPS of a bench point at the routed Fmax: 2 operations per MAC done, over the
-    FastCar+DRS cycles at ``fmax_mhz``; ``None`` without an Fmax."""
-    if fmax_mhz is None:
+def achieved_gops(p: dict, clock_mhz: float | None) -> float | None:
+    """Achieved GOPS of a bench point at a clock (:func:`synth_clock`: the met PLL clock): 2
+    operations per MAC done, over the FastCar+DRS cycles at ``clock_mhz``; ``None`` without one."""
+    if clock_mhz is None:
         return None
-    return 2 * p["mac_ops"] / (p["cycles_fastcar"] / (fmax_mhz * 1e6)) / 1e9
+    return 2 * p["mac_ops"] / (p["cycles_fastcar"] / (clock_mhz * 1e6)) / 1e9
 
 
 def losses(cfg, mask, fast: int, macs: int) -> dict:
