@@ -68,25 +68,28 @@ def shift_right(m, x, sh, *, primitive=False, name="shr"):
     return out
 
 
-def saturate(m, q, up):
-    """Return ``saturate_int8(q + up)`` (:func:`sw.golden.quant.saturate_int8`) for ``up`` in {0, 1}.
+def saturate(m, low8, up, sign, zero, ones):
+    """Return ``saturate_int8(q + up)`` (:func:`sw.golden.quant.saturate_int8`) for ``up`` in {0, 1},
+    from ``q``'s low 8 bits and flags of its upper bits that an earlier stage registered.
 
-    Decided on ``q``'s bits instead of a full-width add and compare (shorter logic): ``q + up``
-    is above 127 when ``q`` is non-negative with a bit above bit 6 set, or ``q = 127`` and
-    ``up``; when ``q`` is below -128 (negative with a 0 above bit 6) the result is -128 whatever
-    ``up`` is. Otherwise it is ``q[:8] + up`` in 8 bits.
+    ``sign`` is ``q``'s sign bit; ``zero`` says that every bit of ``q`` from bit 7 up is 0
+    (``0 <= q <= 127``) and ``ones`` that every one is 1 (``-128 <= q <= -1``). So no reduction
+    over ``q``'s width is left for this stage: ``q + up`` is above 127 when ``q`` is non-negative and
+    not ``zero``, or ``zero`` and ``low8 + up`` carries into bit 7 (``q = 127``, ``up = 1``); it is
+    below -128 when ``q`` is negative and not ``ones``. Otherwise it is ``low8 + up`` in 8 bits
+    (no wrap: ``-128 <= q + up <= 0`` when ``ones``).
     """
-    assert len(q) > 8, "saturate() expects a value wider than int8"
-    sign = q[-1]
-    upper = q[7:]
-    all_zero = ~upper.any()
-    all_ones = upper.all()
-    low8 = q[:8]
+    assert len(low8) == 8, "saturate() takes q's low 8 bits"
+    # low8 + 1 from the register alone, so the increment's carry chain does not wait for up.
+    inc = Signal(8, name="sat_inc")
+    m.d.comb += inc.eq(low8 + 1)
+    s = Signal(8, name="sat_sum")
+    m.d.comb += s.eq(Mux(up, inc, low8))
     hi = Signal(name="sat_hi")
     lo = Signal(name="sat_lo")
     m.d.comb += [
-        hi.eq((~sign & ~all_zero) | (all_zero & (low8 == 0x7F) & up)),
-        lo.eq(sign & ~all_ones),
+        hi.eq(~sign & (~zero | (up & inc[7]))),
+        lo.eq(sign & ~ones),
     ]
     y = Signal(signed(8), name="sat")
     with m.If(hi):
@@ -94,8 +97,23 @@ def saturate(m, q, up):
     with m.Elif(lo):
         m.d.comb += y.eq(quant.INT8_MIN)
     with m.Else():
-        m.d.comb += y.eq(low8 + up)
+        m.d.comb += y.eq(s)
     return y
+
+
+def registered_upper_mask(m, shift, width):
+    """The bits of a ``width``-bit value ``p`` that land at bit 7 or above of ``p >> shift``
+    (arithmetic), registered: bit ``i`` is set when ``i >= shift + 7``. So ``(p & mask) == 0`` says
+    that bits 7 up of the shifted value are all 0, and ``(~p & mask) == 0`` that they are all 1: a
+    reduction beside the shifter, as for the round and sticky bits, instead of one after it.
+    Decoded bit by bit from ``shift`` against constants (``shift <= i - 7``, no adder before the
+    compare). Where the mask is empty (``shift > width - 8``) the
+    shifted value is 0 or -1, inside int8 whatever the flags say, so it needs neither the sign
+    bit nor the clamp of :func:`registered_shift_controls`."""
+    mask = Signal(width, name="shift_upper")
+    for i in range(width):
+        m.d.sync += mask[i].eq(shift <= i - 7 if i >= 7 else 0)
+    return mask
 
 
 def registered_shift_controls(m, shift, width):
@@ -128,8 +146,9 @@ class RequantLane(wiring.Component):
     Stages: the operands in the DSP input registers (:class:`hw.lib.mult18.Mult18`); the product(s)
     in the DSP output registers; for an ``acc`` wider than 18 bits, ``acc = hi * 2**17 + lo`` with
     ``lo`` unsigned, so ``acc * mult = (hi * mult << 17) + lo * mult`` from two DSPs, added in
-    the third stage; the arithmetic shift, with the round and sticky bits of what it shifts out;
-    the rounding increment added and the result saturated. ``mult`` is unsigned 16-bit, a 17-bit
+    the third stage; the arithmetic shift, with the round and sticky bits of what it shifts out
+    and whether the bits it leaves from bit 7 up are all 0 or all 1 (:func:`registered_upper_mask`);
+    the rounding increment added and the result saturated, from those flags (:func:`saturate`). ``mult`` is unsigned 16-bit, a 17-bit
     signed operand.
 
     Parameters
@@ -198,6 +217,7 @@ class RequantLane(wiring.Component):
         prod = Signal(signed(width), reset_less=True)
         m.d.sync += prod.eq(full)
         controls = registered_shift_controls(m, shift[1], width + 1)
+        upper = registered_upper_mask(m, shift[1], width + 1)
         # Stage 4: arithmetic shift, and beside it the round bit and the sticky bit of the bits
         # shifted out (round_shift's increment is ``round & (sticky | q[0])``; q[0] is the last
         # bit out of the shifter, so the increment is formed in stage 5, not after the shifter).
@@ -207,13 +227,18 @@ class RequantLane(wiring.Component):
         q4 = Signal(signed(width + 1), reset_less=True)
         round4 = Signal(reset_less=True)
         sticky4 = Signal(reset_less=True)
+        # Beside them, whether the shifted value's bits 7 up are all 0 or all 1 (saturate()).
+        zero4 = Signal(reset_less=True)
+        ones4 = Signal(reset_less=True)
         m.d.sync += [q4.eq(shift_right(m, pe, sh, primitive=is_ecp5(platform))),
                      round4.eq((pe.as_unsigned() & half).any()),
-                     sticky4.eq((pe.as_unsigned() & below).any())]
+                     sticky4.eq((pe.as_unsigned() & below).any()),
+                     zero4.eq(~(pe.as_unsigned() & upper).any()),
+                     ones4.eq(~(~pe.as_unsigned() & upper).any())]
         # Stage 5: the increment and saturation.
         up = Signal()
         m.d.comb += up.eq(round4 & (sticky4 | q4[0]))
         y = Signal(signed(8), reset_less=True)
-        m.d.sync += y.eq(saturate(m, q4, up))
+        m.d.sync += y.eq(saturate(m, q4[:8], up, q4[-1], zero4, ones4))
         m.d.comb += [self.o.valid.eq(valid[-1]), self.o.p.y.eq(y), self.o.p.tag.eq(tag[-1])]
         return m
