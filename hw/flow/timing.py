@@ -6,7 +6,7 @@ Usage::
     python -m hw.flow.timing --check BLOCK ...        # fail if a block's Fmax fell > 5 % below the record
     python -m hw.flow.timing --record BLOCK ...       # write the measured figures into the record
     python -m hw.flow.timing --from-report build/timing/report.json [--markdown] [--record]
-    python -m hw.flow.timing --chip [--mhz 125] [--placer static|heap]   # the whole board top, placed only
+    python -m hw.flow.timing --chip [--mhz F] [--placer static|heap]   # the whole board top, placed only
 
 Each block is built by the board flow (:mod:`hw.flow.synth`: yosys ``synth_ecp5``, nextpnr-ecp5, the
 same options as the whole chip) inside :class:`hw.flow.synth_harness.SynthHarness` with
@@ -53,13 +53,11 @@ from hw.flow.synth import (
     write_report,
 )
 
-__all__ = ["BLOCKS", "CHIP_MHZ", "TARGET_MHZ", "TOLERANCE", "RECORD", "make_block", "run_block", "run_blocks",
+__all__ = ["BLOCKS", "TARGET_MHZ", "TOLERANCE", "RECORD", "make_block", "run_block", "run_blocks",
            "run_chip", "check_against_record", "main"]
 
 #: The Fmax every block must reach alone (the whole chip loses 20-30 % to congestion).
 TARGET_MHZ = 180.0
-#: The PLL target of ``--chip`` (the whole chip's goal; nextpnr's placer is timing-driven towards it).
-CHIP_MHZ = 125.0
 #: Routed Fmax over nextpnr's placement estimate, measured on board tops placed and then routed in
 #: one run (docs/timing.md): the tiny one (86.39 -> 116.78 MHz), the mid-size one (48.55 ->
 #: 69.82), the floorplanned default one (60.23 -> 88.66) and the shipped one (68.46 -> 103.73). ``--chip``
@@ -189,10 +187,16 @@ def run_block(name, *, mhz=TARGET_MHZ, cfg=None, build_dir=DEFAULT_BUILD_DIR, bo
     }
 
 
-def run_chip(*, mhz=CHIP_MHZ, cfg=None, build_dir=DEFAULT_BUILD_DIR, board_file=DEFAULT_BOARD_FILE,
-             placer="static", floorplan=True):
-    """Synthesise the whole board top for ``cfg`` and place it without routing, at a ``mhz`` PLL;
-    return nextpnr's placement estimate of Fmax per clock and the resources.
+def run_chip(*, mhz=None, cfg=None, build_dir=DEFAULT_BUILD_DIR, board_file=DEFAULT_BOARD_FILE,
+             placer="static", floorplan=True, seed=None):
+    """Synthesise the whole board top for ``cfg`` and place it without routing, at a ``mhz`` PLL
+    (default: the board file's ``target_mhz``, the clock ``nox -s synth`` builds for); return
+    nextpnr's placement estimate of Fmax per clock and the resources.
+
+    At the board's clock the placement is the one the board flow routes: the same netlist, options
+    and seed, and nextpnr is deterministic, so the estimate is that of the bitstream's own build.
+    nextpnr's placer is timing-driven towards the PLL clock, so another ``mhz`` places differently,
+    and so does another ``seed`` (nextpnr's ``--seed``; default: nextpnr's own, as the board flow).
 
     The estimate uses nextpnr's delay model for unrouted nets, so it is a prediction of the routed
     figure (``docs/timing.md`` compares the two), not a measurement. ecppack still writes a
@@ -204,7 +208,7 @@ def run_chip(*, mhz=CHIP_MHZ, cfg=None, build_dir=DEFAULT_BUILD_DIR, board_file=
         raise SynthError(f"--placer must be static, heap or sa, not {placer!r}")
     board = load_board(board_file)
     platform = make_platform(board)
-    pll = compute_pll(board["clock"]["frequency_mhz"], mhz)
+    pll = compute_pll(board["clock"]["frequency_mhz"], board["target_mhz"] if mhz is None else mhz)
     design = cfg or DEFAULT_ACCEL
     top = make_board_top(design, board, pll)
     setup_tool_env()
@@ -212,6 +216,8 @@ def run_chip(*, mhz=CHIP_MHZ, cfg=None, build_dir=DEFAULT_BUILD_DIR, board_file=
     out.mkdir(parents=True, exist_ok=True)
     base, plan = board_overrides(design, board, floorplan=floorplan)
     opts = base["nextpnr_opts"].replace("--placer static", f"--placer {placer}")
+    if seed is not None:
+        opts += f" --seed {int(seed)}"
     # The placed netlist and its SDF (paths relative to the build directory: nextpnr runs in a
     # WASI sandbox there) give the critical paths of the placement (hw.flow.placed_timing).
     overrides = {**base,
@@ -229,7 +235,7 @@ def run_chip(*, mhz=CHIP_MHZ, cfg=None, build_dir=DEFAULT_BUILD_DIR, board_file=
 
     paths = placed_paths(out / "placed.json", out / "placed.sdf", period_ns=1e3 / pll.fout_mhz)
     return {
-        "block": "chip", "placed_only": True, "placer": placer, "accel": design.to_dict(),
+        "block": "chip", "placed_only": True, "placer": placer, "seed": seed, "accel": design.to_dict(),
         "floorplan_cells": len(plan) if plan else 0,
         "clock": parsed["clock"], "fmax_estimate_mhz": parsed["fmax_mhz"], "clocks": parsed["clocks"],
         "target_mhz": pll.fout_mhz, "met_estimate": parsed.get("timing_met"),
@@ -406,17 +412,20 @@ def main(argv=None):
     parser.add_argument("blocks", nargs="*", metavar="BLOCK", help=f"blocks to build (default: all): "
                         f"{', '.join(BLOCKS)}")
     parser.add_argument("--mhz", type=float, default=None,
-                        help=f"PLL target for every block (default {TARGET_MHZ:g}; with --chip {CHIP_MHZ:g})")
+                        help=f"PLL target for every block (default {TARGET_MHZ:g}; with --chip the board's "
+                             f"target_mhz, the clock nox -s synth builds for)")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
                         help="blocks built side by side (default: the CPU count)")
     parser.add_argument("--accel", default=None, help="accelerator config as JSON (default: the project's)")
     parser.add_argument("--build-dir", default=str(DEFAULT_BUILD_DIR))
     parser.add_argument("--list", action="store_true", help="list the blocks and exit")
     parser.add_argument("--chip", action="store_true",
-                        help=f"place the whole board top without routing and print nextpnr's estimate per "
-                             f"clock (default --mhz {CHIP_MHZ:g})")
+                        help="place the whole board top without routing and print nextpnr's estimate per "
+                             "clock, at the board's clock unless --mhz (the placement nox -s synth routes)")
     parser.add_argument("--placer", default="static",
                         help="nextpnr placer of --chip (default: static, as the board flow)")
+    parser.add_argument("--seed", type=int, default=None,
+                        help="nextpnr --seed of --chip (default: nextpnr's, as the board flow)")
     parser.add_argument("--no-floorplan", action="store_true",
                         help="--chip without hw.flow.floorplan's BEL attributes (all left to the placer)")
     parser.add_argument("--from-report", action="append", metavar="REPORT", default=None,
@@ -436,6 +445,8 @@ def main(argv=None):
         if args.blocks or args.from_report or args.check or args.record:
             parser.error("--chip builds the whole board top: no BLOCK, --from-report, --check or --record")
         return _main_chip(args)
+    if args.seed is not None:
+        parser.error("--seed is an option of --chip (the blocks are placed with nextpnr's seed)")
     args.mhz = TARGET_MHZ if args.mhz is None else args.mhz
     names = args.blocks or list(BLOCKS)
     unknown = [n for n in names if n not in BLOCKS]
@@ -497,12 +508,12 @@ def _load_accel(path):
 def _main_chip(args):
     try:
         cfg = _load_accel(args.accel)
-        mhz = CHIP_MHZ if args.mhz is None else args.mhz
+        mhz = load_board(DEFAULT_BOARD_FILE)["target_mhz"] if args.mhz is None else args.mhz
         build_dir = Path(args.build_dir)
         print(f"hw.flow.timing: the whole board top at {mhz:g} MHz, placed only ({args.placer} placer), in "
               f"{build_dir / 'chip'}; yosys and the placer take tens of minutes", file=sys.stderr)
         row = run_chip(mhz=mhz, cfg=cfg, build_dir=build_dir, placer=args.placer,
-                       floorplan=not args.no_floorplan)
+                       floorplan=not args.no_floorplan, seed=args.seed)
         write_report(row, build_dir / "chip" / "report.json")
         print(format_chip(row))
         print(f"report: {build_dir / 'chip' / 'report.json'}")
