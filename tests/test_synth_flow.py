@@ -69,3 +69,8 @@ def test_synth_small_board_top_names_its_routed_paths(tmp_path):
     assert report["failing_endpoints"] == {"10": 0, "20": 0}
     assert report["worst_paths"] and Path(report["paths_report"]).is_file()
     assert "endpoints over" in r.stdout
+    # The budget per block (hw.flow.budget) adds up to nextpnr's own counts of the same build.
+    from hw.flow.budget import budget
+    total = budget(json.loads((out / "top.json").read_text()), expand={"core.accel"})["total"]
+    assert (total["DP16KD"], total["MULT18X18D"], total["LUT4"], total["FF"]) == (
+        report["ebr_used"], report["dsp_used"], report["lut4"], report["ff"])
