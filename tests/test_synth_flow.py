@@ -5,6 +5,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from hw.formal.properties import TINY_ACCEL
 
 REPO = Path(__file__).resolve().parent.parent
@@ -64,6 +66,9 @@ def test_synth_small_board_top_names_its_routed_paths(tmp_path):
     assert r.returncode == 0, r.stderr[-3000:]
     report = json.loads((out / "report.json").read_text())
     assert report["timing_met"] and report["floorplan_cells"] > 0
+    # The worst slack against the PLL period: positive, since the clock is met.
+    assert report["slack_ns"] == pytest.approx(1e3 / report["pll_mhz"] - 1e3 / report["fmax_mhz"], abs=1e-3)
+    assert report["slack_ns"] > 0 and "slack +" in r.stdout
     routed = report["paths_mhz"][report["clock"]]
     assert abs(routed - report["fmax_mhz"]) <= 0.01 * report["fmax_mhz"], (routed, report["fmax_mhz"])
     assert report["failing_endpoints"] == {"10": 0, "20": 0}

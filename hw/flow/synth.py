@@ -355,7 +355,8 @@ def format_table(report):
         ("device", f"{report['device']} ({report['board']})"),
         ("target", f"{report['target_mhz']:g} MHz (PLL gives {report['pll_mhz']:.3f} MHz)"),
         ("fmax", f"{report['fmax_mhz']:.2f} MHz on {report['clock']} "
-                 f"({'PASS' if report['timing_met'] else 'FAIL'})"),
+                 f"({'PASS' if report['timing_met'] else 'FAIL'})"
+                 + (f", slack {report['slack_ns']:+.3f} ns" if report.get("slack_ns") is not None else "")),
         ("DSP MULT18X18D", pct(report["dsp_used"], report["dsp_total"])),
         ("EBR DP16KD", pct(report["ebr_used"], report["ebr_total"])),
         ("LUT4", pct(report["lut4"], report["lut4_total"])),
@@ -526,6 +527,8 @@ def run_synth(target_mhz=None, board_file=DEFAULT_BOARD_FILE, build_dir=None, pr
         "bitstream": str(bitstream),
         "nextpnr_log": str(log_path),
         "synth_seconds": round(seconds, 1),
+        # Worst setup slack of the clock against the PLL period: negative when timing is missed.
+        "slack_ns": round(1e3 / pll.fout_mhz - 1e3 / parsed["fmax_mhz"], 3),
     }
     routed_json, sdf = build_dir / f"{name}.routed.json", build_dir / f"{name}.sdf"
     if routed_json.is_file() and sdf.is_file():
