@@ -16,7 +16,7 @@ name (Yosys's own ``$...`` cells) count for ``(unnamed)``.
 LUT4s are counted as nextpnr counts them before packing ("Total LUT4s"): one per ``LUT4``, two
 per ``CCU2C`` carry cell and six per distributed RAM (a ``TRELLIS_DPR16X4`` takes four LUTs as
 RAM and two for its write port). On the shipped board top the totals equal nextpnr's own
-(``docs/timing.md``: 207 DP16KD, 152 MULT18X18D, 45,934 LUT4, 50,153 FF), so a cell type this
+(``docs/timing.md``: 207 DP16KD, 152 MULT18X18D, 45,390 LUT4, 50,201 FF), so a cell type this
 count missed would show as a difference.
 """
 
