@@ -33,7 +33,8 @@ def test_blocks_by_hierarchy():
     assert block_of("$abc$123$auto$x", 2) == "(unnamed)"
     # One level more inside an expanded block, and inside an expanded child again.
     assert block_of("accel.core_0.rq_gu.pe_TRELLIS_FF_Q_3", 1, {"accel"}) == "accel.core_0"
-    assert block_of("accel.core_0.rq_gu.pe_TRELLIS_FF_Q_3", 1, {"accel", "accel.core_0"}) == "accel.core_0.rq_gu"
+    both = {"accel", "accel.core_0"}
+    assert block_of("accel.core_0.rq_gu.pe_TRELLIS_FF_Q_3", 1, both) == "accel.core_0.rq_gu"
     assert block_of("bridge.state_TRELLIS_FF_Q", 1, {"accel"}) == "bridge"
 
 

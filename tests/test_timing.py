@@ -104,7 +104,8 @@ def test_chip_places_the_whole_board_top_and_leaves_no_bitstream(tmp_path):
                         str(tmp_path)], cwd=REPO, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr[-3000:]
     report = json.loads((tmp_path / "chip" / "report.json").read_text())
-    assert report["placed_only"] and report["target_mhz"] == pytest.approx(load_board()["target_mhz"], rel=0.01)
+    board_mhz = load_board()["target_mhz"]
+    assert report["placed_only"] and report["target_mhz"] == pytest.approx(board_mhz, rel=0.01)
     assert 10 < report["fmax_estimate_mhz"] < 500 and report["clocks"]
     assert report["dsp"] >= TINY_ACCEL.mac_units and report["lut4"] > 100
     assert not list((tmp_path / "chip").glob("*.bit")), "a bitstream of an unrouted design was left"
@@ -128,6 +129,28 @@ def test_predicted_routed_spans_the_measured_ratios():
     for est, routed in ((86.39, 116.78), (48.55, 69.82), (60.23, 88.66), (68.46, 103.73), (72.92, 101.56)):
         lo, hi = timing.predicted_routed(est)
         assert lo - 0.01 <= routed <= hi + 0.01
+
+
+def test_chip_seed_reaches_nextpnr(monkeypatch, tmp_path):
+    """``--seed`` is passed to nextpnr (the build itself is stopped before any tool runs), and is an
+    option of ``--chip`` only."""
+    from hw.formal.properties import TINY_ACCEL
+
+    seen = {}
+
+    def stop(platform, top, name, build_dir, overrides=None):
+        seen["opts"] = overrides["nextpnr_opts"]
+        raise timing.SynthError("stopped before the build")
+
+    monkeypatch.setattr(timing, "build_and_parse", stop)
+    with pytest.raises(timing.SynthError, match="stopped"):
+        timing.run_chip(cfg=TINY_ACCEL, build_dir=tmp_path, seed=7)
+    assert seen["opts"].endswith("--seed 7 --no-route --write placed.json --sdf placed.sdf")
+    with pytest.raises(timing.SynthError):
+        timing.run_chip(cfg=TINY_ACCEL, build_dir=tmp_path)
+    assert "--seed" not in seen["opts"]
+    with pytest.raises(SystemExit):
+        timing.main(["rob", "--seed", "3"])
 
 
 def test_chip_takes_no_block():

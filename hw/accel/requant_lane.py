@@ -148,8 +148,8 @@ class RequantLane(wiring.Component):
     ``lo`` unsigned, so ``acc * mult = (hi * mult << 17) + lo * mult`` from two DSPs, added in
     the third stage; the arithmetic shift, with the round and sticky bits of what it shifts out
     and whether the bits it leaves from bit 7 up are all 0 or all 1 (:func:`registered_upper_mask`);
-    the rounding increment added and the result saturated, from those flags (:func:`saturate`). ``mult`` is unsigned 16-bit, a 17-bit
-    signed operand.
+    the rounding increment added and the result saturated, from those flags (:func:`saturate`).
+    ``mult`` is unsigned 16-bit, a 17-bit signed operand.
 
     Parameters
     ----------

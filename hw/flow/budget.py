@@ -10,8 +10,8 @@ LUT4s and ``TRELLIS_FF`` flip-flops, with the distributed RAMs (``TRELLIS_DPR16X
 them. A block is a cell's RTL signal (:func:`hw.flow.placed_timing.signal_name`, which Yosys's
 ``autoname`` gives every cell) cut to its first ``depth`` levels of hierarchy, so
 ``accel.core_0.rq_gu.pe`` counts for ``accel.core_0`` at depth 2, and ``--expand`` splits a
-block into its children where one level is too coarse and the next too fine. Cells without a hierarchical
-name (Yosys's own ``$...`` cells) count for ``(unnamed)``.
+block into its children where one level is too coarse and the next too fine. Cells without a
+hierarchical name (Yosys's own ``$...`` cells) count for ``(unnamed)``.
 
 LUT4s are counted as nextpnr counts them before packing ("Total LUT4s"): one per ``LUT4``, two
 per ``CCU2C`` carry cell and six per distributed RAM (a ``TRELLIS_DPR16X4`` takes four LUTs as
@@ -115,7 +115,8 @@ def budget(netlist, *, depth=2, expand=(), module="top"):
     table = [{"block": block, **{c: row[c] for c in COLUMNS}} for block, row in rows.items()]
     table = [r for r in table if any(r[c] for c in COLUMNS)]
     table.sort(key=lambda r: (-r["DP16KD"], -r["MULT18X18D"], -r["LUT4"], r["block"]))
-    return {"depth": depth, "expand": sorted(expand), "blocks": table, "total": {c: sum(r[c] for r in table) for c in COLUMNS}}
+    total = {c: sum(r[c] for r in table) for c in COLUMNS}
+    return {"depth": depth, "expand": sorted(expand), "blocks": table, "total": total}
 
 
 def format_budget(result, *, markdown=False):
