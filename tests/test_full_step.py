@@ -52,6 +52,8 @@ def _plant(src: Path, dst: Path, name: str, tr) -> None:
         arr[1:] //= 2
     elif name == "lut":
         arr[0] = arr[0][::-1]
+    elif name == "sampler_state":
+        arr[0] ^= 1
     elif name == "threshold":
         arr[:] = -(2**31) if arr[0] > 0 else 2**31
     elif name.endswith("shift") or name == "shift_h" or name.startswith("shift_"):
@@ -73,7 +75,7 @@ def _plant(src: Path, dst: Path, name: str, tr) -> None:
 def tensor_specs_names_stored():
     from sw.trace.full_step import STEP_NAMES
 
-    return (*STEP_NAMES, "logits")
+    return (*STEP_NAMES, "logits", "sample_z", "sample_token")
 
 
 NAMES = sorted(tensor_specs({k: 2 for k in DIMS}))

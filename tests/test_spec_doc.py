@@ -130,3 +130,38 @@ def test_page_states_the_decoder_layer_rules_as_the_code_does(ns):
     o2, E2 = ns["softmax_av"](scores.tolist(), v.tolist(), 311, table.tolist())
     assert o2 == o.tolist() and E2 == int(E)
     assert ns["attention_out"](o2, E2, 40000, 3) == quant.attention_out_int(o, E, 40000, 3).tolist()
+
+
+def test_page_samples_as_the_code_does(ns):
+    """The page's sampler draws the golden sampler's tokens and advances its generator alike, with
+    and without guidance and greedy; a page with the draw's tables swapped does not."""
+    import numpy as np
+
+    from sw.golden import quant, sampling
+
+    rng = np.random.default_rng(4)
+    tables = ns["noise_tables"]()
+    assert [list(t) for t in quant.noise_tables()] == [list(t) for t in tables]
+    scale = rng.uniform(1e-3, 3e-3, size=40)
+    for cfg in (1.5, None):
+        for temperature in (1.0, 0.0):
+            sam = sampling.IntegerSampler(scale, seed=9, batch=2, cfg_scale=cfg, temperature=temperature)
+            state = list(sam.streams.state)
+            g = None if cfg is None else quant.cfg_gain(cfg)
+            for _ in range(6):
+                acc = rng.integers(-4000, 4000, size=(4, 40))
+                want = sam(acc[:2], acc[2:] if cfg else None)
+                for b in range(2):
+                    tok, state[b] = ns["sample"](acc[b].tolist(), acc[2 + b].tolist() if cfg else None,
+                                                 sam.mult.tolist(), sam.shift.tolist(), g, state[b], tables,
+                                                 greedy=temperature == 0)
+                    assert tok == int(want[b])
+                assert state == sam.streams.state
+    swapped = (tables[1], tables[0])
+    acc = rng.integers(-4000, 4000, size=(50, 40))
+    sam = sampling.IntegerSampler(scale, seed=9, batch=1)
+    st, diff = sam.streams.state[0], 0
+    for a in acc:
+        tok, st = ns["sample"](a.tolist(), None, sam.mult.tolist(), sam.shift.tolist(), None, st, swapped)
+        diff += tok != int(sam(a[None])[0])
+    assert diff > 0

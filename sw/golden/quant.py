@@ -454,3 +454,140 @@ def attention_out_int(o, E, mult, shift) -> np.ndarray:
     the o-projection's input scale (``mult * 2**-shift = s_v / s_a``)."""
     E = np.asarray(E, dtype=np.int64)[..., None]
     return saturate_int8(div_rne(np.asarray(o, np.int64) * int(mult), E << int(shift)))
+
+
+# --- sampling on chip: CFG and argmax(p / e) in integers (docs/quantization.md, "Sampling") ---
+
+#: Logits enter the sampler in base 2, Q16: ``l = logit * log2(e) / temperature * 2**16``.
+LOGIT_FRAC_BITS = 16
+#: The CFG scale in Q8: ``g = rint(cfg_scale * 2**8)`` (1.5 is 384, exactly).
+CFG_BITS = 8
+#: Index bits of the two 256-entry tables of the exponential draw's logarithm.
+NOISE_TABLE_BITS = 8
+#: The draws: xorshift32 (Marsaglia's 13, 17, 5), one 32-bit word per image token and step.
+RNG_BITS = 32
+_MASK32 = (1 << RNG_BITS) - 1
+
+
+def xorshift32(x: int) -> int:
+    """The next state of the sampler's generator (``x != 0``; the period is ``2**32 - 1``)."""
+    x &= _MASK32
+    x ^= (x << 13) & _MASK32
+    x ^= x >> 17
+    x ^= (x << 5) & _MASK32
+    return x
+
+
+def sampler_state(seed: int, prompt: int) -> int:
+    """The generator's first state for prompt ``prompt`` of a batch generated with ``seed``: the
+    32-bit finaliser of MurmurHash3 of ``seed * 2**8 + prompt + 1`` (mod ``2**32``), never 0. The
+    host computes it once and sends it; the chip only steps :func:`xorshift32`."""
+    if not 0 <= prompt < 256:
+        raise QuantError(f"sampler_state: prompt {prompt} outside [0, 255]")
+    h = (int(seed) * 256 + prompt + 1) & _MASK32
+    h ^= h >> 16
+    h = (h * 0x85EBCA6B) & _MASK32
+    h ^= h >> 13
+    h = (h * 0xC2B2AE35) & _MASK32
+    h ^= h >> 16
+    return h or 0x6D2B79F5
+
+
+def noise_tables() -> tuple[np.ndarray, np.ndarray]:
+    """The two tables of the exponential draw's base-2 logarithm, Q16, ``2**NOISE_TABLE_BITS``
+    entries each, at the middle of each bin (built once from floats; every entry is at least
+    1e-6 from a rounding boundary, ``tests/test_sampling.py``)::
+
+        LOG2[i] = rint(2**16 * log2(1 + (i + 1/2) / 256))               log2 of a mantissa
+        G[j]    = rint(2**16 * log2(-ln(1 - v) / v)),  v = (j + 1/2) / 256
+    """
+    n = 1 << NOISE_TABLE_BITS
+    mid = (np.arange(n, dtype=np.float64) + 0.5) / n
+    log2 = np.rint((1 << LOGIT_FRAC_BITS) * np.log2(1.0 + mid)).astype(np.int64)
+    g = np.rint((1 << LOGIT_FRAC_BITS) * np.log2(-np.log1p(-mid) / mid)).astype(np.int64)
+    return log2, g
+
+
+def noise_int(r, tables=None) -> np.ndarray:
+    """``-log2(e) * 2**16`` of the exponential draw ``e = -ln(1 - v)`` for the 32-bit words ``r``,
+    with ``v = (2 r + 1) / 2**33`` (never 0 or 1)::
+
+        w   = 2 r + 1                                   33 bits, odd
+        b   = bit_length(w) - 1                         w = 2**b * (1 + f)
+        i   = the 8 bits of w below its leading one     (zeros shifted in when b < 8)
+        j   = w >> 25                                   the top 8 bits of v
+        out = -((b - 33) * 2**16 + LOG2[i] + G[j])      log2(e) = log2(v) + log2(e / v)
+
+    ``LOG2``, ``G``: :func:`noise_tables`. A larger ``out`` is a smaller draw; the token is
+    ``argmax(z + out)`` (:func:`sample_int`).
+    """
+    log2_t, g_t = noise_tables() if tables is None else tables
+    r = np.asarray(r, dtype=np.int64)
+    if r.size and (r.min() < 0 or r.max() > _MASK32):
+        raise QuantError("noise_int: draws must be 32-bit unsigned words")
+    w = 2 * r + 1
+    b = np.zeros(w.shape, np.int64)
+    for k in range(RNG_BITS + 1):                       # bit_length - 1, vectorised
+        b = np.where(w >> k != 0, k, b)
+    K = NOISE_TABLE_BITS
+    i = ((w << (RNG_BITS - b)) >> (RNG_BITS - K)) & ((1 << K) - 1)
+    j = w >> (RNG_BITS + 1 - K)
+    return -((b - (RNG_BITS + 1)) * (1 << LOGIT_FRAC_BITS) + log2_t[i] + g_t[j])
+
+
+def logit_consts(head_scale, temperature: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
+    """``(mult, shift)`` per vocabulary entry that turn LM-head accumulators into base-2 Q16
+    logits at ``temperature``: ``mult * 2**-shift = head_scale * log2(e) / temperature * 2**16``
+    (float, calibration only; ``temperature`` 0 is greedy and takes the scale of 1)."""
+    import math
+
+    t = float(temperature)
+    if not math.isfinite(t) or t < 0:
+        raise QuantError(f"logit_consts: temperature must be finite and >= 0, not {temperature!r}")
+    s = np.asarray(head_scale, np.float64) * math.log2(math.e) / (t or 1.0) * (1 << LOGIT_FRAC_BITS)
+    return scale_to_mult_shift(s)
+
+
+def cfg_gain(cfg_scale: float) -> int:
+    """The CFG scale in Q8, ``rint(cfg_scale * 2**8)``; refused outside ``[0, 2**8)``."""
+    import math
+
+    if not math.isfinite(float(cfg_scale)) or not 0 <= cfg_scale < (1 << CFG_BITS):
+        raise QuantError(f"cfg_gain: cfg_scale {cfg_scale!r} outside [0, {1 << CFG_BITS})")
+    return int(round(float(cfg_scale) * (1 << CFG_BITS)))
+
+
+def cfg_logits_int(acc_cond, acc_uncond, mult, shift, gain) -> np.ndarray:
+    """Base-2 Q16 logits of the LM head's int32 accumulators, with classifier-free guidance::
+
+        l   = requant_wide(acc, mult, shift)               per vocabulary entry
+        z   = l_u + round_half_even((l_c - l_u) * gain / 2**8)     (z = l_c without guidance)
+
+    ``acc_uncond`` None: no guidance (``gain`` is not read). int64 result, saturated to 32 bits.
+    """
+    lc = requant_wide(acc_cond, mult, shift)
+    if acc_uncond is None:
+        return lc
+    lu = requant_wide(acc_uncond, mult, shift)
+    return saturate(lu + round_shift_rne((lc - lu) * int(gain), CFG_BITS), RESIDUAL_BITS)
+
+
+def draws(state: int, n: int) -> tuple[np.ndarray, int]:
+    """``n`` words of the generator from ``state`` (each the state after one step), and the last."""
+    out = np.empty(n, np.int64)
+    x = int(state)
+    if not 0 < x <= _MASK32:
+        raise QuantError(f"draws: the generator state must be a nonzero 32-bit word, not {state!r}")
+    for k in range(n):
+        x = xorshift32(x)
+        out[k] = x
+    return out, x
+
+
+def sample_int(z, noise=None) -> np.ndarray:
+    """The token of each row of the Q16 logits ``z`` [..., V]: ``argmax(z + noise)``, the lowest
+    index on ties; ``noise`` None is greedy (``argmax(z)``). This is ``argmax(p / e)`` with
+    ``p = 2**(z / 2**16)`` and ``e`` the exponential draws of :func:`noise_int`."""
+    z = np.asarray(z, np.int64)
+    score = z if noise is None else z + np.asarray(noise, np.int64)
+    return score.argmax(-1)

@@ -179,13 +179,17 @@ class IntegerDecoder:
 
     ``thresholds``: the integer TAS threshold of every layer (for FastCar; the ``tau`` of the
     decode state's FastCar settings is not read). With ``record`` a list, every step appends what
-    the full-step trace holds (:mod:`sw.trace.full_step`).
+    the full-step trace holds (:mod:`sw.trace.full_step`). ``integer_logits``: each step returns
+    the LM head's int32 accumulators (int64 tensor) for :class:`sw.golden.sampling.IntegerSampler`,
+    instead of the float logits ``acc * s_f * s_w``.
     """
 
-    def __init__(self, config, consts: StepConsts, thresholds, *, record: list | None = None):
+    def __init__(self, config, consts: StepConsts, thresholds, *, record: list | None = None,
+                 integer_logits: bool = False):
         import types
 
         self.c, self.thresholds, self.record = consts, [int(t) for t in thresholds], record
+        self.integer_logits = bool(integer_logits)
         self.config = config
         self.embed_tokens = types.SimpleNamespace(weight=torch.zeros(1))
 
@@ -296,13 +300,34 @@ class IntegerDecoder:
         if rec is not None:
             rec["logits"] = acc
             self.record.append(rec)
+        if self.integer_logits:
+            return torch.as_tensor(acc, dtype=torch.int64)
         return torch.as_tensor(acc * c.head_scale, dtype=torch.float32)
 
 
+def integer_sampler(config, consts: StepConsts, *, seed: int = 0, batch: int = 1, cfg_scale=None,
+                    temperature: float = 1.0, record: list | None = None, logit=None):
+    """:class:`sw.golden.sampling.IntegerSampler` over the image tokens of ``config``, with the LM
+    head's scales of ``consts`` (or the stored ``logit=(mult, shift)``)."""
+    from sw.golden.sampling import IntegerSampler
+
+    lo = config.image_token_offset
+    scale = None if logit is not None else np.asarray(consts.head_scale)[lo:lo + config.codebook_size]
+    return IntegerSampler(scale, logit=logit, seed=seed, batch=batch, cfg_scale=cfg_scale,
+                          temperature=temperature, record=record)
+
+
 def step_vs_float(ckpt, prompts, *, frames: int = 8, cfg_scale: float = 1.5, seed: int = 0, calibration=None,
-                  fastcar=None, sparse=None) -> dict:
+                  fastcar=None, sparse=None, sampler: str = "int") -> dict:
     """Generate ``prompts`` with the float model and with the integer whole step (same seed);
-    token agreement, PSNR of the decoded frames and prompt following of both."""
+    token agreement, PSNR of the decoded frames and prompt following of both.
+
+    ``sampler``: ``"int"`` (default) draws the integer step's tokens on-chip style
+    (:class:`sw.golden.sampling.IntegerSampler`) and the float model's by the same race in float
+    (:class:`~sw.golden.sampling.GumbelSampler`, the same words); ``"torch"`` samples both with
+    ``generate``'s softmax and ``torch.multinomial`` from the integer step's float logits."""
+    if sampler not in ("int", "torch"):
+        raise ValueError(f"sampler must be 'int' or 'torch', not {sampler!r}")
     from sw.golden.calibrate import calibrate, compare_rollouts
     from sw.golden.int8 import load_for_checkpoint
     from sw.model.decoder import generate
@@ -318,11 +343,19 @@ def step_vs_float(ckpt, prompts, *, frames: int = 8, cfg_scale: float = 1.5, see
     cond, uncond = lay.prompt_batch(prompts)
     kw = dict(seed=seed, cfg_scale=cfg_scale, uncond_prompt_tokens=uncond, progress=False, fastcar=fastcar,
               sparse=sparse)
+    th = [ip.threshold(li, fastcar.layer_taus(len(consts.layers))[li], strict=fastcar.strict)
+          if fastcar is not None else quant.THRESHOLD_NEVER for li in range(len(consts.layers))]
     with torch.no_grad():
-        f_tok, _ = generate(model, cond, frames, **kw)
-        th = [ip.threshold(li, fastcar.layer_taus(len(consts.layers))[li], strict=fastcar.strict)
-              if fastcar is not None else quant.THRESHOLD_NEVER for li in range(len(consts.layers))]
-        i_tok, stats = generate(IntegerDecoder(model.config, consts, th), cond, frames, **kw)
+        if sampler == "torch":
+            f_tok, _ = generate(model, cond, frames, **kw)
+            i_tok, stats = generate(IntegerDecoder(model.config, consts, th), cond, frames, **kw)
+        else:
+            from sw.golden.sampling import GumbelSampler
+            f_tok, _ = generate(model, cond, frames, **kw,
+                                sampler=GumbelSampler(seed=seed, batch=len(cond), cfg_scale=cfg_scale))
+            dec = IntegerDecoder(model.config, consts, th, integer_logits=True)
+            i_tok, stats = generate(dec, cond, frames, **kw, sampler=integer_sampler(
+                model.config, consts, seed=seed, batch=len(cond), cfg_scale=cfg_scale))
     return {**compare_rollouts(ckpt, prompts, f_tok, i_tok),
             "replay_ratio": float(stats.replay_ratio()) if fastcar is not None else None}
 
@@ -344,6 +377,9 @@ def main(argv=None) -> int:
     ap.add_argument("--window", type=int, default=None, help="sparse attention window")
     ap.add_argument("--sinks", type=int, default=5, help="sparse attention sinks (default: the prompt's 5)")
     ap.add_argument("--frames", type=int, default=8)
+    ap.add_argument("--sampler", choices=("int", "torch"), default="int",
+                    help="int: the on-chip integer sampler and its float twin on the same draws (default); "
+                         "torch: softmax and torch.multinomial for both")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     held = data.heldout_prompts()
@@ -355,7 +391,8 @@ def main(argv=None) -> int:
                                    ckpt.layout.prompt_len + args.frames * ckpt.layout.tokens_per_frame))
     res = step_vs_float(ckpt, prompts, frames=args.frames, calibration=calibration_prompts(),
                         fastcar=FastCarConfig(tau=args.tau) if args.tau is not None else None,
-                        sparse=SparseConfig(sinks=args.sinks, window=args.window) if args.window else None)
+                        sparse=SparseConfig(sinks=args.sinks, window=args.window) if args.window else None,
+                        sampler=args.sampler)
     json.dump(res, sys.stdout, indent=1)
     print()
     return 0

@@ -30,6 +30,7 @@ import numbers
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -923,7 +924,7 @@ def generate(model: Decoder, prompt_tokens: torch.Tensor, frames: int, *, temper
              uncond_prompt_tokens: torch.Tensor | None = None, fastcar: FastCarConfig | None = None,
              sparse: SparseConfig | None = None, recorder: Recorder | None = None, progress: bool = True,
              image_token_offset: int | None = None, codebook_size: int | None = None,
-             ) -> tuple[torch.Tensor, DecodeStats]:
+             sampler=None) -> tuple[torch.Tensor, DecodeStats]:
     """Generate ``frames`` frames of image tokens after a prompt.
 
     Every sampled token is fed back through :meth:`Decoder.step`, the last one included, so the KV
@@ -960,6 +961,13 @@ def generate(model: Decoder, prompt_tokens: torch.Tensor, frames: int, *, temper
     image_token_offset, codebook_size : int or None
         Range of token ids that frames are sampled from; ``None`` takes the values of
         ``model.config``.
+    sampler : callable or None
+        ``sampler(cond, uncond)`` -> int [B] indices into the image tokens, called with the image
+        slice of the conditional rows' logits and of the unconditional ones (``None`` without
+        guidance); it then owns the guidance, temperature and random stream, and ``temperature``,
+        ``top_k`` and ``seed`` are not read (``top_k`` is refused). ``None``: softmax sampling
+        with ``torch.multinomial``. :mod:`sw.golden.sampling` has the on-chip integer sampler and
+        its float twin.
 
     Returns
     -------
@@ -985,6 +993,12 @@ def generate(model: Decoder, prompt_tokens: torch.Tensor, frames: int, *, temper
         raise ValueError(f"temperature must be a number >= 0, not {temperature!r}")
     if top_k is not None and (not _is_int(top_k) or top_k < 1):
         raise ValueError(f"top_k must be None or a positive integer, not {top_k!r}")
+    if sampler is not None:
+        if top_k is not None:
+            raise ValueError("top_k is not supported with a sampler (it draws from every image token)")
+        own = getattr(sampler, "cfg_scale", cfg_scale)
+        if own != cfg_scale:
+            raise ValueError(f"the sampler's cfg_scale {own!r} differs from generate's {cfg_scale!r}")
     batch, prompt_len = prompt_tokens.shape
     n = cfg.tokens_per_frame
     total = prompt_len + frames * n
@@ -1020,10 +1034,17 @@ def generate(model: Decoder, prompt_tokens: torch.Tensor, frames: int, *, temper
     for t in tqdm(range(frames), desc="frames", unit="frame", disable=not progress):
         for i in range(n):
             image_logits = logits[:, offset : offset + size]
-            if cfg_scale is not None:
-                cond, unc = image_logits[:batch], image_logits[batch:]
-                image_logits = unc + cfg_scale * (cond - unc)
-            token = _sample(image_logits, temperature, top_k, generator) + offset
+            if sampler is not None:
+                cond, unc = (image_logits[:batch], image_logits[batch:]) if cfg_scale is not None else (
+                    image_logits, None)
+                token = torch.as_tensor(np.asarray(sampler(cond.cpu().numpy(), None if unc is None else
+                                                           unc.cpu().numpy())), dtype=torch.int64) + offset
+                token = token.to(device)
+            else:
+                if cfg_scale is not None:
+                    cond, unc = image_logits[:batch], image_logits[batch:]
+                    image_logits = unc + cfg_scale * (cond - unc)
+                token = _sample(image_logits, temperature, top_k, generator) + offset
             out[:, t, i] = token.cpu()
             logits = model.step(token.repeat(2) if cfg_scale is not None else token, state)
     return out, state.stats()

@@ -21,7 +21,9 @@ class TraceError(ValueError):
     """A trace directory or file that cannot be used; the message names the file and field."""
 
 
-def read_manifest(d: Path, version: int = VERSION) -> dict:
+def read_manifest(d: Path, version: int | None = VERSION) -> dict:
+    """The manifest of trace directory ``d``, checked for the format and (unless ``version`` is None,
+    which each kind's own loader then checks) the version."""
     if not d.exists():
         raise TraceError(f"{d}: trace directory does not exist")
     if not d.is_dir():
@@ -37,7 +39,7 @@ def read_manifest(d: Path, version: int = VERSION) -> dict:
         raise TraceError(f"{mpath}: expected a JSON object")
     if man.get("format") != FORMAT:
         raise TraceError(f"{mpath}: field 'format' is {man.get('format')!r}, expected {FORMAT!r}")
-    if man.get("version") != version:
+    if version is not None and man.get("version") != version:
         raise TraceError(f"{mpath}: field 'version' is {man.get('version')!r}, this code reads {version}")
     return man
 
@@ -65,5 +67,6 @@ def load_tensor(d: Path, man: dict, name: str, *, sha256: str | None = None) -> 
 
 
 def trace_kind(d) -> str:
-    """The ``kind`` field of a trace directory's manifest (validated)."""
-    return str(read_manifest(Path(d)).get("kind"))
+    """The ``kind`` field of a trace directory's manifest (validated; each kind's loader checks
+    its own version)."""
+    return str(read_manifest(Path(d), version=None).get("kind"))

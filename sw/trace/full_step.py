@@ -4,9 +4,11 @@
 (:mod:`sw.golden.step`) on the prompts and writes, for every decode step (prompt positions
 included) and layer, the residual stream in, after attention and out, q/k/v after RoPE, the
 attention output, the MLP input, TAS, the replay decisions and the MLP output; per step the token
-fed in and the LM head's int32 logits; and every integer constant. ``python -m sw.trace DIR``
-verifies it by running the golden model again from the stored constants and prompt (same
-sampling seed) and comparing every stored value. Format: ``golden/README.md``.
+fed in and the LM head's int32 logits; per sampled token the sampler's Q16 logits after guidance
+and the token it drew (the on-chip integer sampler, :class:`sw.golden.sampling.IntegerSampler`);
+and every integer constant. ``python -m sw.trace DIR`` verifies it by running the golden model
+again from the stored constants, prompt and generator states and comparing every stored value.
+Format: ``golden/README.md``.
 """
 
 from __future__ import annotations
@@ -19,10 +21,11 @@ from pathlib import Path
 import numpy as np
 
 from sw.atomic import atomic_dir
+from sw.golden import quant
 from sw.trace.format import FORMAT, MANIFEST, TraceError, load_tensor, read_manifest
 
 KIND = "fastcar_full_step"
-VERSION = 1
+VERSION = 2
 LAYER_NAMES = ("n1_mult", "n1_shift", "wq", "wk", "wv", "q_mult", "q_shift", "k_mult", "k_shift",
                "v_mult", "v_shift", "a_exp", "a_mult", "a_shift", "wo", "o_mult", "o_shift", "n2_mult",
                "n2_shift", "y_mult", "y_shift", "threshold", "wg", "wu", "wd", "mult_g", "shift_g", "mult_u",
@@ -30,19 +33,18 @@ LAYER_NAMES = ("n1_mult", "n1_shift", "wq", "wk", "wv", "q_mult", "q_shift", "k_
 MLP_NAMES = ("wg", "wu", "wd", "mult_g", "shift_g", "mult_u", "shift_u", "lut", "mult_h", "shift_h", "mult_d",
              "shift_d")
 DIMS = ("layers", "steps", "batch", "d_model", "d_ff", "n_heads", "head_dim", "vocab", "tokens_per_frame",
-        "positions")
+        "positions", "prompts", "samples", "codebook")
 STEP_NAMES = ("r_in", "q", "k", "v", "attn", "r_mid", "m", "tas", "replay", "y", "r_out")
 
 
 def tensor_specs(m: dict) -> dict:
     """name -> (dtype, shape) from the manifest's ``dims``."""
-    L, S, B, d, f, H, dh, V, N, P = (m[k] for k in DIMS)
+    L, S, B, d, f, H, dh, V, N, P, PR, NS, C = (m[k] for k in DIMS)
     u16, u8 = "uint16", "uint8"
     return {
         "emb": ("int32", (V, d)), "spatial": ("int32", (N, d)), "rope_c": ("int16", (P, dh // 2)),
         "rope_s": ("int16", (P, dh // 2)), "exp_table": ("int32", (256,)),
         "nf_mult": (u16, (d,)), "nf_shift": (u8, (d,)), "head": ("int8", (d, V)),
-        "head_scale": ("float64", (V,)),
         "n1_mult": (u16, (L, d)), "n1_shift": (u8, (L, d)),
         **{w: ("int8", (L, d, d)) for w in ("wq", "wk", "wv", "wo")},
         "q_mult": (u16, (L, d)), "q_shift": (u8, (L, d)), "k_mult": (u16, (L, d)), "k_shift": (u8, (L, d)),
@@ -55,6 +57,8 @@ def tensor_specs(m: dict) -> dict:
         "lut": ("int8", (L, 256)), "mult_h": (u16, (L,)), "shift_h": (u8, (L,)),
         "mult_d": (u16, (L, d)), "shift_d": (u8, (L, d)),
         "token": ("int64", (S, B)), "logits": ("int32", (S, B, V)),
+        "logit_mult": (u16, (C,)), "logit_shift": (u8, (C,)), "sampler_state": ("uint32", (PR,)),
+        "sample_z": ("int32", (NS, PR, C)), "sample_token": ("int64", (NS, PR)),
         "r_in": ("int32", (S, L, B, d)), "r_mid": ("int32", (S, L, B, d)), "r_out": ("int32", (S, L, B, d)),
         "q": ("int8", (S, L, B, H, dh)), "k": ("int8", (S, L, B, H, dh)), "v": ("int8", (S, L, B, H, dh)),
         "attn": ("int8", (S, L, B, d)), "m": ("int8", (S, L, B, d)), "tas": ("int64", (S, L, B)),
@@ -62,13 +66,12 @@ def tensor_specs(m: dict) -> dict:
     }
 
 
-def _tensors_of(consts, thresholds, records) -> dict:
+def _tensors_of(consts, thresholds, records, sampler) -> dict:
     c = consts
     t = {"emb": c.emb.astype(np.int32), "spatial": (c.spatial if c.spatial is not None
                                                     else np.zeros((0, c.emb.shape[1]))).astype(np.int32),
          "rope_c": c.rope_c, "rope_s": c.rope_s, "exp_table": c.exp_table.astype(np.int32),
          "nf_mult": c.nf[0], "nf_shift": c.nf[1], "head": c.head,
-         "head_scale": np.asarray(c.head_scale, np.float64),
          "threshold": np.asarray(thresholds, np.int64)}
     per = {n: [] for n in LAYER_NAMES if n != "threshold"}
     for L in c.layers:
@@ -85,6 +88,10 @@ def _tensors_of(consts, thresholds, records) -> dict:
     for n in STEP_NAMES:
         t[n] = np.stack([np.stack(r[n]) for r in records])
     t["q"], t["k"], t["v"] = (t[n].astype(np.int8) for n in ("q", "k", "v"))
+    t["logit_mult"], t["logit_shift"] = sampler.mult, sampler.shift
+    t["sampler_state"] = np.asarray(sampler.first_state, np.uint32)
+    t["sample_z"] = np.stack([r["z"] for r in sampler.record])
+    t["sample_token"] = np.stack([r["token"] for r in sampler.record])
     return t
 
 
@@ -104,27 +111,30 @@ def consts_from(t: dict, eps: int, s_r: float):
             mlp={k: g[k] for k in MLP_NAMES}))
     spatial = t["spatial"].astype(np.int64) if t["spatial"].size else None
     return StepConsts(s_r=s_r, eps=eps, emb=t["emb"].astype(np.int64), spatial=spatial, layers=layers,
-                      nf=(t["nf_mult"], t["nf_shift"]), head=t["head"], head_scale=t["head_scale"],
+                      nf=(t["nf_mult"], t["nf_shift"]), head=t["head"], head_scale=None,
                       rope_c=t["rope_c"], rope_s=t["rope_s"], exp_table=t["exp_table"])
 
 
-def _run(config, consts, thresholds, prompt_rows, frames, *, seed, cfg_scale, fastcar, sparse):
-    """The golden model's generation with recording; returns (records, tokens)."""
+def _run(config, consts, thresholds, prompt_rows, frames, *, seed, cfg_scale, fastcar, sparse, logit=None):
+    """The golden model's generation with recording and the integer sampler (its constants from
+    ``consts.head_scale``, or the stored ``logit=(mult, shift)``); returns (records, tokens, sampler)."""
     import torch
 
-    from sw.golden.step import IntegerDecoder
+    from sw.golden.step import IntegerDecoder, integer_sampler
     from sw.model.decoder import generate
 
     records = []
-    dec = IntegerDecoder(config, consts, thresholds, record=records)
+    dec = IntegerDecoder(config, consts, thresholds, record=records, integer_logits=True)
     B = prompt_rows.shape[0]
     cond = prompt_rows[: B // 2] if cfg_scale else prompt_rows
     uncond = prompt_rows[B // 2:] if cfg_scale else None
+    sampler = integer_sampler(config, consts, seed=seed, batch=len(cond), cfg_scale=cfg_scale, record=[],
+                              logit=logit)
     with torch.no_grad():
         tokens, _ = generate(dec, torch.as_tensor(cond), frames, seed=seed, cfg_scale=cfg_scale,
                              uncond_prompt_tokens=None if uncond is None else torch.as_tensor(uncond),
-                             fastcar=fastcar, sparse=sparse, progress=False)
-    return records, tokens
+                             fastcar=fastcar, sparse=sparse, progress=False, sampler=sampler)
+    return records, tokens, sampler
 
 
 def export_full_step(out, *, checkpoint=None, prompts=None, frames: int = 8, tau=None, sinks=None,
@@ -160,16 +170,19 @@ def export_full_step(out, *, checkpoint=None, prompts=None, frames: int = 8, tau
           for li in range(mc.n_layers)]
     cond, uncond = lay.prompt_batch(prompts)
     rows = np.concatenate([cond.numpy(), uncond.numpy()]) if cfg_scale else cond.numpy()
-    records, tokens = _run(mc, consts, th, rows, frames, seed=seed, cfg_scale=cfg_scale, fastcar=fastcar,
-                           sparse=sparse)
-    t = _tensors_of(consts, th, records)
+    records, tokens, sampler = _run(mc, consts, th, rows, frames, seed=seed, cfg_scale=cfg_scale,
+                                    fastcar=fastcar, sparse=sparse)
+    t = _tensors_of(consts, th, records, sampler)
     dims = dict(zip(DIMS, (mc.n_layers, len(records), B, mc.d_model, mc.d_ff, mc.n_heads, mc.head_dim,
-                           mc.vocab_size, mc.tokens_per_frame, int(consts.rope_c.shape[0])), strict=True))
+                           mc.vocab_size, mc.tokens_per_frame, int(consts.rope_c.shape[0]), len(prompts),
+                           frames * mc.tokens_per_frame, mc.codebook_size), strict=True))
     manifest = {"format": FORMAT, "version": VERSION, "kind": KIND,
                 "source": f"python sw/export_trace.py --full-step (checkpoint {ckpt.path.name})",
                 "model": mc.to_dict(), "dims": dims, "frames": frames, "prompt_len": lay.prompt_len,
                 "image_token_offset": mc.image_token_offset, "codebook_size": mc.codebook_size,
                 "decode": {"prompts": prompts, "cfg_scale": cfg_scale, "seed": seed, "tau": tau,
+                           "sampler": "int", "temperature": 1.0,
+                           "cfg_gain": None if cfg_scale is None else quant.cfg_gain(cfg_scale),
                            "strict": False, "refresh_every": None, "max_chain": None,
                            "sparse": None if sparse is None else {"sinks": sparse.sinks,
                                                                   "window": sparse.window}},
@@ -235,16 +248,23 @@ def check_full_step(tr: FullStepTrace) -> str | None:
     rows = t["token"][:prompt_len].T                                   # [B, prompt_len]
     fastcar = FastCarConfig(tau=dec["tau"]) if dec["tau"] is not None else None
     sparse = SparseConfig(**dec["sparse"]) if dec["sparse"] else None
-    records, tokens = _run(mc, consts, t["threshold"], rows, int(m["frames"]), seed=dec["seed"],
-                           cfg_scale=dec["cfg_scale"], fastcar=fastcar, sparse=sparse)
+    records, tokens, sampler = _run(mc, consts, t["threshold"], rows, int(m["frames"]), seed=dec["seed"],
+                                    cfg_scale=dec["cfg_scale"], fastcar=fastcar, sparse=sparse,
+                                    logit=(t["logit_mult"], t["logit_shift"]))
     if len(records) != t["token"].shape[0]:
         return f"{tr.path}: {len(records)} steps recomputed, {t['token'].shape[0]} stored"
-    got = _tensors_of(consts, t["threshold"], records)
-    for name in ("token", *STEP_NAMES, "logits"):
+    if [int(x) for x in t["sampler_state"]] != sampler.first_state:
+        return (f"{tr.path / 'sampler_state.npy'}: stored {t['sampler_state'].tolist()}, the seed "
+                f"{dec['seed']} gives {sampler.first_state}")
+    got = _tensors_of(consts, t["threshold"], records, sampler)
+    for name in ("token", *STEP_NAMES, "logits", "sample_z", "sample_token"):
         a, b = np.asarray(got[name]), t[name]
         if not np.array_equal(a.astype(b.dtype), b):
             idx = tuple(int(i) for i in np.argwhere(a.astype(b.dtype) != b)[0])
-            where = f"step {idx[0]}" + (f", layer {idx[1]}" if name in STEP_NAMES else "")
+            if name.startswith("sample_"):
+                where = f"sample {idx[0]}, prompt {idx[1]}"
+            else:
+                where = f"step {idx[0]}" + (f", layer {idx[1]}" if name in STEP_NAMES else "")
             return (f"{tr.path / (name + '.npy')}: {where}: stored {b[idx]}, the golden model gives "
                     f"{a.astype(b.dtype)[idx]}")
     return None
