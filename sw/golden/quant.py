@@ -458,8 +458,10 @@ def attention_out_int(o, E, mult, shift) -> np.ndarray:
 
 # --- sampling on chip: CFG and argmax(p / e) in integers (docs/quantization.md, "Sampling") ---
 
-#: Logits enter the sampler in base 2, Q16: ``l = logit * log2(e) / temperature * 2**16``.
+#: Logits enter the sampler in base 2, Q16: ``l = logit * log2(e) / temperature * 2**16``,
+#: saturated to 24 bits (128 in base 2, 88 nats: far beyond any logit of a model).
 LOGIT_FRAC_BITS = 16
+LOGIT_BITS = 24
 #: The CFG scale in Q8: ``g = rint(cfg_scale * 2**8)`` (1.5 is 384, exactly).
 CFG_BITS = 8
 #: Index bits of the two 256-entry tables of the exponential draw's logarithm.
@@ -549,27 +551,30 @@ def logit_consts(head_scale, temperature: float = 1.0) -> tuple[np.ndarray, np.n
 
 
 def cfg_gain(cfg_scale: float) -> int:
-    """The CFG scale in Q8, ``rint(cfg_scale * 2**8)``; refused outside ``[0, 2**8)``."""
+    """The CFG scale in Q8, ``rint(cfg_scale * 2**8)`` (a requantiser's ``mult``, so below
+    ``2**16``); refused outside ``[0, 2**8)``."""
     import math
 
-    if not math.isfinite(float(cfg_scale)) or not 0 <= cfg_scale < (1 << CFG_BITS):
-        raise QuantError(f"cfg_gain: cfg_scale {cfg_scale!r} outside [0, {1 << CFG_BITS})")
-    return int(round(float(cfg_scale) * (1 << CFG_BITS)))
+    g = float(cfg_scale) * (1 << CFG_BITS) if math.isfinite(float(cfg_scale)) else -1.0
+    if not 0 <= g or round(g) > MULT_MAX:
+        raise QuantError(f"cfg_gain: cfg_scale {cfg_scale!r} outside [0, {MULT_MAX / (1 << CFG_BITS):.3f}]")
+    return int(round(g))
 
 
 def cfg_logits_int(acc_cond, acc_uncond, mult, shift, gain) -> np.ndarray:
-    """Base-2 Q16 logits of the LM head's int32 accumulators, with classifier-free guidance::
+    """Base-2 Q16 logits of the LM head's int32 accumulators, with classifier-free guidance; two
+    requantisations of the usual rounding (:func:`requant_wide`), so the RTL uses its lanes::
 
-        l   = requant_wide(acc, mult, shift)               per vocabulary entry
-        z   = l_u + round_half_even((l_c - l_u) * gain / 2**8)     (z = l_c without guidance)
+        l = requant_wide(acc, mult, shift, 24)                     per vocabulary entry
+        z = saturate32(l_u + requant_wide(l_c - l_u, gain, 8, 32))  (z = l_c without guidance)
 
-    ``acc_uncond`` None: no guidance (``gain`` is not read). int64 result, saturated to 32 bits.
+    ``acc_uncond`` None: no guidance (``gain`` is not read). int64 result.
     """
-    lc = requant_wide(acc_cond, mult, shift)
+    lc = requant_wide(acc_cond, mult, shift, LOGIT_BITS)
     if acc_uncond is None:
         return lc
-    lu = requant_wide(acc_uncond, mult, shift)
-    return saturate(lu + round_shift_rne((lc - lu) * int(gain), CFG_BITS), RESIDUAL_BITS)
+    lu = requant_wide(acc_uncond, mult, shift, LOGIT_BITS)
+    return saturate(lu + requant_wide(lc - lu, int(gain), CFG_BITS, RESIDUAL_BITS), RESIDUAL_BITS)
 
 
 def draws(state: int, n: int) -> tuple[np.ndarray, int]:
