@@ -1,4 +1,5 @@
-"""One requantisation per cycle, fixed latency: ``saturate(round_half_even(acc * mult / 2**shift))``."""
+"""One requantisation per cycle, fixed latency: ``saturate(round_half_even(acc * mult / 2**shift))``,
+into int8 or a wider signed result."""
 
 from amaranth import *
 from amaranth.lib import data, stream, wiring
@@ -21,8 +22,8 @@ def lane_in_layout(acc_bits, tag_bits):
                               "shift": unsigned(quant.SHIFT_BITS), "tag": max(1, tag_bits)})
 
 
-def lane_out_layout(tag_bits):
-    return data.StructLayout({"y": signed(8), "tag": max(1, tag_bits)})
+def lane_out_layout(tag_bits, out_bits=8):
+    return data.StructLayout({"y": signed(out_bits), "tag": max(1, tag_bits)})
 
 
 #: ``INIT`` of a LUT4 that is a 2:1 multiplexer: ``Z = C ? B : A`` (``D`` unused); bit
@@ -70,7 +71,9 @@ def shift_right(m, x, sh, *, primitive=False, name="shr"):
 
 def saturate(m, low8, up, sign, zero, ones):
     """Return ``saturate_int8(q + up)`` (:func:`sw.golden.quant.saturate_int8`) for ``up`` in {0, 1},
-    from ``q``'s low 8 bits and flags of its upper bits that an earlier stage registered.
+    from ``q``'s low 8 bits and flags of its upper bits that an earlier stage registered; for a
+    wider result, ``low8`` is ``q``'s low ``n`` bits and the result saturates to ``n`` bits
+    (:func:`sw.golden.quant.saturate`), by the same rule with 7 read as ``n - 1``.
 
     ``sign`` is ``q``'s sign bit; ``zero`` says that every bit of ``q`` from bit 7 up is 0
     (``0 <= q <= 127``) and ``ones`` that every one is 1 (``-128 <= q <= -1``). So no reduction
@@ -79,31 +82,33 @@ def saturate(m, low8, up, sign, zero, ones):
     below -128 when ``q`` is negative and not ``ones``. Otherwise it is ``low8 + up`` in 8 bits
     (no wrap: ``-128 <= q + up <= 0`` when ``ones``).
     """
-    assert len(low8) == 8, "saturate() takes q's low 8 bits"
+    n = len(low8)
+    assert n >= 2, "saturate() takes q's low bits, the width of the result"
     # low8 + 1 from the register alone, so the increment's carry chain does not wait for up.
-    inc = Signal(8, name="sat_inc")
+    inc = Signal(n, name="sat_inc")
     m.d.comb += inc.eq(low8 + 1)
-    s = Signal(8, name="sat_sum")
+    s = Signal(n, name="sat_sum")
     m.d.comb += s.eq(Mux(up, inc, low8))
     hi = Signal(name="sat_hi")
     lo = Signal(name="sat_lo")
     m.d.comb += [
-        hi.eq(~sign & (~zero | (up & inc[7]))),
+        hi.eq(~sign & (~zero | (up & inc[-1]))),
         lo.eq(sign & ~ones),
     ]
-    y = Signal(signed(8), name="sat")
+    y = Signal(signed(n), name="sat")
     with m.If(hi):
-        m.d.comb += y.eq(quant.INT8_MAX)
+        m.d.comb += y.eq((1 << (n - 1)) - 1)
     with m.Elif(lo):
-        m.d.comb += y.eq(quant.INT8_MIN)
+        m.d.comb += y.eq(-(1 << (n - 1)))
     with m.Else():
         m.d.comb += y.eq(s)
     return y
 
 
-def registered_upper_mask(m, shift, width):
+def registered_upper_mask(m, shift, width, out_bits=8):
     """The bits of a ``width``-bit value ``p`` that land at bit 7 or above of ``p >> shift``
-    (arithmetic), registered: bit ``i`` is set when ``i >= shift + 7``. So ``(p & mask) == 0`` says
+    (arithmetic), registered: bit ``i`` is set when ``i >= shift + 7`` (for an ``out_bits``-wide
+    result, 7 is ``out_bits - 1`` throughout). So ``(p & mask) == 0`` says
     that bits 7 up of the shifted value are all 0, and ``(~p & mask) == 0`` that they are all 1: a
     reduction beside the shifter, as for the round and sticky bits, instead of one after it.
     Decoded bit by bit from ``shift`` against constants (``shift <= i - 7``, no adder before the
@@ -111,8 +116,9 @@ def registered_upper_mask(m, shift, width):
     shifted value is 0 or -1, inside int8 whatever the flags say, so it needs neither the sign
     bit nor the clamp of :func:`registered_shift_controls`."""
     mask = Signal(width, name="shift_upper")
+    k = out_bits - 1
     for i in range(width):
-        m.d.sync += mask[i].eq(shift <= i - 7 if i >= 7 else 0)
+        m.d.sync += mask[i].eq(shift <= i - k if i >= k else 0)
     return mask
 
 
@@ -137,7 +143,8 @@ def registered_shift_controls(m, shift, width):
 
 class RequantLane(wiring.Component):
     """A requantiser lane for pipelines that never stall: one value in and one out per cycle,
-    exactly :func:`sw.golden.quant.requantize` (round half to even, saturate to int8).
+    exactly :func:`sw.golden.quant.requantize` (round half to even, saturate to int8), or with
+    ``out_bits`` wider :func:`sw.golden.quant.requant_wide` (saturate to ``out_bits``).
 
     The value, its ``(mult, shift)`` and a tag enter together and leave :attr:`latency` cycles
     later. There is no backpressure and no clock enable, so no handshake fans out into the
@@ -158,25 +165,31 @@ class RequantLane(wiring.Component):
         at most :data:`sw.golden.quant.ACC_BITS`.
     tag_bits : int
         Width of the tag that travels with each value (at least 1 bit is kept).
+    out_bits : int
+        Signed width of the result: 8 (default) or wider, at most the product's
+        ``acc_bits + MULT_BITS + 1``.
 
     Members
     -------
     i : In(stream.Signature(lane_in_layout(acc_bits, tag_bits), always_ready=True))
-    o : Out(stream.Signature(lane_out_layout(tag_bits), always_ready=True))
+    o : Out(stream.Signature(lane_out_layout(tag_bits, out_bits), always_ready=True))
     """
 
     latency = 5
 
-    def __init__(self, acc_bits, tag_bits=1):
+    def __init__(self, acc_bits, tag_bits=1, out_bits=8):
         if not isinstance(acc_bits, int) or not 2 <= acc_bits <= quant.ACC_BITS:
             raise ValueError(f"RequantLane acc_bits must be an integer in 2..{quant.ACC_BITS}, "
                              f"not {acc_bits!r}")
         if not isinstance(tag_bits, int) or tag_bits < 0:
             raise ValueError(f"RequantLane tag_bits must be an integer >= 0, not {tag_bits!r}")
-        self._acc_bits, self._tag_bits = acc_bits, tag_bits
+        widest = acc_bits + quant.MULT_BITS + 1
+        if not isinstance(out_bits, int) or not 8 <= out_bits <= widest:
+            raise ValueError(f"RequantLane out_bits must be an integer in 8..{widest}, not {out_bits!r}")
+        self._acc_bits, self._tag_bits, self._out_bits = acc_bits, tag_bits, out_bits
         super().__init__({
             "i": In(stream.Signature(lane_in_layout(acc_bits, tag_bits), always_ready=True)),
-            "o": Out(stream.Signature(lane_out_layout(tag_bits), always_ready=True)),
+            "o": Out(stream.Signature(lane_out_layout(tag_bits, out_bits), always_ready=True)),
         })
 
     @property
@@ -217,7 +230,7 @@ class RequantLane(wiring.Component):
         prod = Signal(signed(width), reset_less=True)
         m.d.sync += prod.eq(full)
         controls = registered_shift_controls(m, shift[1], width + 1)
-        upper = registered_upper_mask(m, shift[1], width + 1)
+        upper = registered_upper_mask(m, shift[1], width + 1, self._out_bits)
         # Stage 4: arithmetic shift, and beside it the round bit and the sticky bit of the bits
         # shifted out (round_shift's increment is ``round & (sticky | q[0])``; q[0] is the last
         # bit out of the shifter, so the increment is formed in stage 5, not after the shifter).
@@ -238,7 +251,7 @@ class RequantLane(wiring.Component):
         # Stage 5: the increment and saturation.
         up = Signal()
         m.d.comb += up.eq(round4 & (sticky4 | q4[0]))
-        y = Signal(signed(8), reset_less=True)
-        m.d.sync += y.eq(saturate(m, q4[:8], up, q4[-1], zero4, ones4))
+        y = Signal(signed(self._out_bits), reset_less=True)
+        m.d.sync += y.eq(saturate(m, q4[:self._out_bits], up, q4[-1], zero4, ones4))
         m.d.comb += [self.o.valid.eq(valid[-1]), self.o.p.y.eq(y), self.o.p.tag.eq(tag[-1])]
         return m
