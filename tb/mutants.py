@@ -65,7 +65,8 @@ def _m(name, what, path, old, new, *tests):
 
 MUTANTS = [
     _m("lane-saturate-127", "requantiser lane saturates negative values at -127 instead of -128",
-       "hw/accel/requant_lane.py", "m.d.comb += y.eq(-(1 << (n - 1)))", "m.d.comb += y.eq(-(1 << (n - 1)) + 1)",
+       "hw/accel/requant_lane.py", "m.d.comb += y.eq(-(1 << (n - 1)))",
+       "m.d.comb += y.eq(-(1 << (n - 1)) + 1)",
        "tests/test_requant_lane.py"),
     _m("golden-round-ties-odd", "golden model rounds ties to odd (sw/golden/quant.py only)",
        "sw/golden/quant.py", "((q & 1) == 1)", "((q & 1) == 0)",
@@ -136,10 +137,12 @@ MUTANTS = [
        "sw/golden/quant.py", "bit_length() + 1", "bit_length()",
        "tests/test_config.py::test_mv_geometry_of_the_default", f"{_F}[mv_unit_width]"),
     _m("lane-saturate-no-carry", "requantiser lane: 127 + a rounding increment wraps to -128 (the carry into "
-       "bit 7 not seen)", "hw/accel/requant_lane.py", "hi.eq(~sign & (~zero | (up & inc[-1])))", "hi.eq(~sign & ~zero)",
+       "bit 7 not seen)", "hw/accel/requant_lane.py", "hi.eq(~sign & (~zero | (up & inc[-1])))",
+       "hi.eq(~sign & ~zero)",
        "tests/test_requant_lane.py"),
     _m("lane-upper-mask-late", "requantiser lane: the upper-bits mask starts a bit late, so a value of "
-       "128-255 after the shift is not saturated", "hw/accel/requant_lane.py", "mask[i].eq(shift <= i - k if i >= k else 0)",
+       "128-255 after the shift is not saturated", "hw/accel/requant_lane.py",
+       "mask[i].eq(shift <= i - k if i >= k else 0)",
        "mask[i].eq(shift <= i - k - 1 if i >= k else 0)", "tests/test_requant_lane.py"),
     _m("lane-round-half-up", "requantiser lane rounds ties up, not to even",
        "hw/accel/requant_lane.py", "up.eq(round4 & (sticky4 | q4[0]))", "up.eq(round4)",
