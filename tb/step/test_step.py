@@ -1,0 +1,64 @@
+"""pytest driver: the blocks of the whole decode step on Verilator (Icarus too when installed) against a
+full-step trace; each check shown to fail on a planted wrong value, naming the step, block and element.
+
+The trace: ``--step-trace DIR`` (``nox -s step`` exports the shipped model's), else one exported here
+from the small test checkpoint (2 frames).
+"""
+
+from pathlib import Path
+
+import pytest
+
+from hw.lib.axis_adapter import AxisAdapter
+from hw.step.sampler import Sampler
+from sw.trace.full_step import load_full_step
+from tb.runner import BUILD, CocotbFailure, available_simulators, run_cocotb
+
+HERE = Path(__file__).resolve().parent
+pytestmark = pytest.mark.xdist_group("step")
+
+
+@pytest.fixture(scope="module")
+def small_trace(tiny_ckpt, tmp_path_factory):
+    """A full-step trace of the small test checkpoint: 2 frames, 64 image tokens, guidance 1.5."""
+    from sw.trace.full_step import export_full_step
+
+    out = tmp_path_factory.mktemp("step") / "full_step"
+    export_full_step(out, checkpoint=tiny_ckpt, frames=2, tau=0.0)
+    return out
+
+
+@pytest.fixture(scope="module")
+def step_trace(request, small_trace):
+    """``--step-trace DIR`` (``nox -s step``: the shipped model's), else :func:`small_trace`."""
+    given = request.config.getoption("--step-trace", default=None)
+    return Path(given).resolve() if given else small_trace
+
+
+def run_sampler(trace, sim, tag, **env):
+    m = load_full_step(trace, verify=False).manifest
+    P, C = m["dims"]["prompts"], m["dims"]["codebook"]
+    run_cocotb(lambda: AxisAdapter(Sampler(P, C)), toplevel="sampler_axis", test_module="cocotb_sampler",
+               test_dir=HERE, build_dir=BUILD / "step" / f"sampler-{sim}-{P}-{C}", sim=sim,
+               env={"FASTCAR_TRACE": str(trace), **env}, results_name=f"results-{tag}.xml",
+               key=("sampler", P, C), public="ports")
+
+
+@pytest.mark.parametrize("stall", [0.0, 0.3])
+def test_sampler_draws_the_trace(step_trace, stall):
+    """Every z and token of the trace, on Verilator, without and with random idle and backpressure."""
+    run_sampler(step_trace, "verilator", f"stall{stall}", FASTCAR_STALL=str(stall), FASTCAR_SEED="3")
+
+
+@pytest.mark.skipif("icarus" not in available_simulators(), reason="Icarus Verilog is not installed")
+def test_sampler_on_icarus(small_trace):
+    """The second simulator, on the small trace (Icarus takes minutes for the shipped one)."""
+    run_sampler(small_trace, "icarus", "icarus", FASTCAR_STALL="0.2", FASTCAR_SEED="4")
+
+
+@pytest.mark.parametrize("plant, named", [("z:1:0:5", "prompt 0, element 5"),
+                                           ("token:2:1", "prompt 1: RTL token")])
+def test_a_planted_wrong_value_is_named(step_trace, plant, named):
+    with pytest.raises(CocotbFailure, match="block sampler") as e:
+        run_sampler(step_trace, "verilator", f"plant-{plant.replace(':', '_')}", FASTCAR_PLANT=plant)
+    assert named in str(e.value) and "step " in str(e.value)
