@@ -3,10 +3,10 @@ random words, one per cycle and with idle cycles, fixed latency."""
 
 import numpy as np
 import pytest
-from amaranth.sim import Simulator
 
 from hw.step.noise_lane import NOISE_BITS, NoiseLane
 from sw.golden import quant
+from tests.lanes import run_lane
 
 
 def words(seed=3):
@@ -19,30 +19,12 @@ def words(seed=3):
 
 def run(ws, gaps=None):
     dut = NoiseLane(tag_bits=10)
-    sent, got = [], []
 
-    async def bench(ctx):
-        cycle, pending = 0, list(enumerate(ws))
-        while pending or len(got) < len(ws):
-            if pending and not (gaps and gaps[cycle % len(gaps)]):
-                k, r = pending.pop(0)
-                ctx.set(dut.i.valid, 1)
-                ctx.set(dut.i.p.r, r)
-                ctx.set(dut.i.p.tag, k % 1024)
-                sent.append(cycle)
-            else:
-                ctx.set(dut.i.valid, 0)
-            if ctx.get(dut.o.valid):
-                got.append((cycle, ctx.get(dut.o.p.noise), ctx.get(dut.o.p.tag)))
-            await ctx.tick()
-            cycle += 1
-            assert cycle < 10 * len(ws) + 50, "the lane stopped producing"
+    def set_item(ctx, r, k):
+        ctx.set(dut.i.p.r, r)
+        ctx.set(dut.i.p.tag, k % 1024)
 
-    sim = Simulator(dut)
-    sim.add_clock(1e-8)
-    sim.add_testbench(bench)
-    sim.run()
-    return sent, got
+    return run_lane(dut, ws, set_item, lambda ctx: (ctx.get(dut.o.p.noise), ctx.get(dut.o.p.tag)), gaps)
 
 
 @pytest.mark.parametrize("gaps", [None, [0, 1, 1, 0, 1]])

@@ -4,10 +4,10 @@ widest shifts, operand extremes, one value per cycle, both DSP arrangements (one
 import numpy as np
 import pytest
 from amaranth.hdl import Const, Signal
-from amaranth.sim import Simulator
 
 from hw.accel.requant_lane import MUX2_INIT, RequantLane, shift_right
 from sw.golden import quant
+from tests import lanes
 
 
 def cases_for(acc_bits, seed=7):
@@ -37,35 +37,17 @@ def cases_for(acc_bits, seed=7):
 
 def run_lane(acc_bits, cases, gaps=None, out_bits=8):
     """Feed ``cases`` one per cycle (with idle cycles where ``gaps`` says) and return
-    ``[(cycle_in, cycle_out, y, tag)]``."""
+    ``(cycles_in, [(cycle_out, y, tag)])``."""
     dut = RequantLane(acc_bits, tag_bits=10, out_bits=out_bits)
-    got, sent = [], []
 
-    async def bench(ctx):
-        cycle = 0
-        pending = list(enumerate(cases))
-        while pending or len(got) < len(cases):
-            if pending and not (gaps and gaps[cycle % len(gaps)]):
-                k, (a, mu, sh) = pending.pop(0)
-                ctx.set(dut.i.valid, 1)
-                ctx.set(dut.i.p.acc, a)
-                ctx.set(dut.i.p.mult, mu)
-                ctx.set(dut.i.p.shift, sh)
-                ctx.set(dut.i.p.tag, k)
-                sent.append(cycle)
-            else:
-                ctx.set(dut.i.valid, 0)
-            if ctx.get(dut.o.valid):
-                got.append((cycle, ctx.get(dut.o.p.y), ctx.get(dut.o.p.tag)))
-            await ctx.tick()
-            cycle += 1
-            assert cycle < 10 * len(cases) + 50, "the lane stopped producing"
+    def set_item(ctx, case, k):
+        a, mu, sh = case
+        ctx.set(dut.i.p.acc, a)
+        ctx.set(dut.i.p.mult, mu)
+        ctx.set(dut.i.p.shift, sh)
+        ctx.set(dut.i.p.tag, k)
 
-    sim = Simulator(dut)
-    sim.add_clock(1e-8)
-    sim.add_testbench(bench)
-    sim.run()
-    return sent, got
+    return lanes.run_lane(dut, cases, set_item, lambda ctx: (ctx.get(dut.o.p.y), ctx.get(dut.o.p.tag)), gaps)
 
 
 @pytest.mark.parametrize("acc_bits", [16, 18, 22, 24, 32])
