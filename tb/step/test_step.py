@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from hw.lib.axis_adapter import AxisAdapter
+from hw.step.rmsnorm import RmsNorm
 from hw.step.sampler import Sampler
 from sw.trace.full_step import load_full_step
 from tb.runner import BUILD, CocotbFailure, available_simulators, run_cocotb
@@ -62,3 +63,28 @@ def test_a_planted_wrong_value_is_named(step_trace, plant, named):
     with pytest.raises(CocotbFailure, match="block sampler") as e:
         run_sampler(step_trace, "verilator", f"plant-{plant.replace(':', '_')}", FASTCAR_PLANT=plant)
     assert named in str(e.value) and "step " in str(e.value)
+
+
+def run_rmsnorm(trace, sim, tag, **env):
+    d = load_full_step(trace, verify=False).manifest["dims"]["d_model"]
+    run_cocotb(lambda: AxisAdapter(RmsNorm(d)), toplevel="rmsnorm_axis", test_module="cocotb_rmsnorm",
+               test_dir=HERE, build_dir=BUILD / "step" / f"rmsnorm-{sim}-{d}", sim=sim,
+               env={"FASTCAR_TRACE": str(trace), **env}, results_name=f"results-{tag}.xml",
+               key=("rmsnorm", d), public="ports")
+
+
+@pytest.mark.parametrize("stall", [0.0, 0.3])
+def test_rmsnorm_normalises_the_trace(step_trace, stall):
+    """The post-attention norm of every step, layer and row of the trace, on Verilator."""
+    run_rmsnorm(step_trace, "verilator", f"stall{stall}", FASTCAR_STALL=str(stall), FASTCAR_SEED="5")
+
+
+@pytest.mark.skipif("icarus" not in available_simulators(), reason="Icarus Verilog is not installed")
+def test_rmsnorm_on_icarus(small_trace):
+    run_rmsnorm(small_trace, "icarus", "icarus", FASTCAR_STALL="0.2", FASTCAR_SEED="6")
+
+
+def test_a_planted_wrong_norm_is_named(step_trace):
+    with pytest.raises(CocotbFailure, match="step 3, layer 1, block rmsnorm") as e:
+        run_rmsnorm(step_trace, "verilator", "plant", FASTCAR_PLANT="3:1:0:7")
+    assert "row 0, element 7" in str(e.value)
