@@ -30,12 +30,13 @@ CLOCK_NS = 10
 
 
 def fields(layout, prefix=""):
-    """``{name: (offset, width, signed)}`` of a (nested) struct layout's leaves."""
+    """``{name: (offset, width, signed)}`` of a (nested) struct or array layout's leaves (array
+    elements named by their index)."""
     from amaranth.lib import data
 
     out = {}
     for name, f in layout:
-        if isinstance(f.shape, data.StructLayout):
+        if isinstance(f.shape, data.Layout):
             for sub, (o, w, s) in fields(f.shape, f"{prefix}{name}.").items():
                 out[sub] = (f.offset + o, w, s)
         else:

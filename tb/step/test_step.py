@@ -12,6 +12,7 @@ import pytest
 from hw.lib.axis_adapter import AxisAdapter
 from hw.step.rmsnorm import RmsNorm
 from hw.step.sampler import Sampler
+from hw.step.softmax_av import SoftmaxAv
 from sw.trace.full_step import load_full_step
 from tb.runner import BUILD, CocotbFailure, available_simulators, run_cocotb
 
@@ -88,3 +89,32 @@ def test_a_planted_wrong_norm_is_named(step_trace):
     with pytest.raises(CocotbFailure, match="step 3, layer 1, block rmsnorm") as e:
         run_rmsnorm(step_trace, "verilator", "plant", FASTCAR_PLANT="3:1:0:7")
     assert "row 0, element 7" in str(e.value)
+
+
+def run_softmax(trace, sim, tag, **env):
+    m = load_full_step(trace, verify=False).manifest
+    dh, P = m["dims"]["head_dim"], m["dims"]["positions"]
+    run_cocotb(lambda: AxisAdapter(SoftmaxAv(dh, P)), toplevel="softmax_axis", test_module="cocotb_softmax",
+               test_dir=HERE, build_dir=BUILD / "step" / f"softmax-{sim}-{dh}-{P}", sim=sim,
+               env={"FASTCAR_TRACE": str(trace), **env}, results_name=f"results-{tag}.xml",
+               key=("softmax_av", dh, P), public="ports")
+
+
+@pytest.mark.parametrize("stall", [0.0, 0.3])
+def test_softmax_av_attends_as_the_trace(request, step_trace, stall):
+    """Every head's attention output of the trace (the shipped trace: every 16th step), on Verilator."""
+    steps = "stride:16" if request.config.getoption("--step-trace", default=None) else "all"
+    run_softmax(step_trace, "verilator", f"stall{stall}", FASTCAR_STALL=str(stall), FASTCAR_SEED="7",
+                FASTCAR_STEPS=steps)
+
+
+@pytest.mark.skipif("icarus" not in available_simulators(), reason="Icarus Verilog is not installed")
+def test_softmax_av_on_icarus(small_trace):
+    run_softmax(small_trace, "icarus", "icarus", FASTCAR_STALL="0.2", FASTCAR_SEED="8",
+                FASTCAR_STEPS="stride:4")
+
+
+def test_a_planted_wrong_attention_is_named(step_trace):
+    with pytest.raises(CocotbFailure, match="step 0, layer 0, block softmax_av, row 1") as e:
+        run_softmax(step_trace, "verilator", "plant", FASTCAR_PLANT="0:0:1:3", FASTCAR_STEPS="stride:64")
+    assert "element 3" in str(e.value)
