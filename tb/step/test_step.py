@@ -11,6 +11,7 @@ import pytest
 
 from hw.lib.axis_adapter import AxisAdapter
 from hw.step.rmsnorm import RmsNorm
+from hw.step.rope import Rope
 from hw.step.sampler import Sampler
 from hw.step.softmax_av import SoftmaxAv
 from sw.trace.full_step import load_full_step
@@ -118,3 +119,27 @@ def test_a_planted_wrong_attention_is_named(step_trace):
     with pytest.raises(CocotbFailure, match="step 0, layer 0, block softmax_av, row 1") as e:
         run_softmax(step_trace, "verilator", "plant", FASTCAR_PLANT="0:0:1:3", FASTCAR_STEPS="stride:64")
     assert "element 3" in str(e.value)
+
+
+def run_rope(trace, sim, tag, **env):
+    dh = load_full_step(trace, verify=False).manifest["dims"]["head_dim"]
+    run_cocotb(lambda: AxisAdapter(Rope(dh)), toplevel="rope_axis", test_module="cocotb_rope",
+               test_dir=HERE, build_dir=BUILD / "step" / f"rope-{sim}-{dh}", sim=sim,
+               env={"FASTCAR_TRACE": str(trace), **env}, results_name=f"results-{tag}.xml",
+               key=("rope", dh), public="ports")
+
+
+@pytest.mark.parametrize("stall", [0.0, 0.3])
+def test_rope_rotates_as_the_trace(step_trace, stall):
+    """Every head of q and k of the trace, on Verilator."""
+    run_rope(step_trace, "verilator", f"stall{stall}", FASTCAR_STALL=str(stall), FASTCAR_SEED="9")
+
+
+@pytest.mark.skipif("icarus" not in available_simulators(), reason="Icarus Verilog is not installed")
+def test_rope_on_icarus(small_trace):
+    run_rope(small_trace, "icarus", "icarus", FASTCAR_STALL="0.2", FASTCAR_SEED="10")
+
+
+def test_a_planted_wrong_rotation_is_named(step_trace):
+    with pytest.raises(CocotbFailure, match="step 2, layer 1, block rope .k., row 0, head 1, element 4"):
+        run_rope(step_trace, "verilator", "plant", FASTCAR_PLANT="k:2:1:0:1:4")
