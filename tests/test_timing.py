@@ -43,7 +43,7 @@ def test_registered_harness_puts_a_flop_after_every_output():
     assert registered[1:] == plain[:-1]     # the same observations, one flop later
 
 
-@pytest.mark.parametrize("name", timing.BLOCKS)
+@pytest.mark.parametrize("name", [*timing.BLOCKS, *timing.STEP_BLOCKS])
 def test_every_block_elaborates_in_the_registered_harness(name):
     leds = Signal(8, name="leds")
     harness = SynthHarness(timing.make_block(name), leds, register_outputs=True)

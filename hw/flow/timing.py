@@ -53,7 +53,7 @@ from hw.flow.synth import (
     write_report,
 )
 
-__all__ = ["BLOCKS", "TARGET_MHZ", "TOLERANCE", "RECORD", "make_block", "run_block", "run_blocks",
+__all__ = ["BLOCKS", "STEP_BLOCKS", "TARGET_MHZ", "TOLERANCE", "RECORD", "make_block", "run_block", "run_blocks",
            "run_chip", "check_against_record", "main"]
 
 #: The Fmax every block must reach alone (the whole chip loses 20-30 % to congestion).
@@ -148,12 +148,49 @@ BLOCKS = {
 }
 
 
+def _step_dims():
+    from sw.config import SHIPPED_MODEL
+    return SHIPPED_MODEL["d_model"], SHIPPED_MODEL["d_model"] // SHIPPED_MODEL["n_heads"]
+
+
+def _sampler(cfg):
+    from hw.step.sampler import Sampler
+    return Sampler(2, 512)
+
+
+def _rmsnorm(cfg):
+    from hw.step.rmsnorm import RmsNorm
+    return RmsNorm(_step_dims()[0])
+
+
+def _rope(cfg):
+    from hw.step.rope import Rope
+    return Rope(_step_dims()[1])
+
+
+def _softmax_av(cfg):
+    from hw.step.softmax_av import SoftmaxAv
+    return SoftmaxAv(_step_dims()[1], 1024)
+
+
+#: The whole decode step's blocks (``hw/step``, ``docs/decoder.md``): built when named
+#: (``python -m hw.flow.timing sampler``), not in the default run, which is the accelerator's.
+STEP_BLOCKS = {
+    "sampler": ("step: CFG and argmax(p / e) over 512 image tokens, 2 prompts", _sampler),
+    "rmsnorm": ("step: RMSNorm of a 96-element row, the integer reciprocal square root", _rmsnorm),
+    "rope": ("step: RoPE of a 24-element head a cycle", _rope),
+    "softmax_av": ("step: one head's softmax, p.v and o / E, up to 1,024 positions", _softmax_av),
+}
+
+
 def make_block(name, cfg=None):
-    """The component of block ``name`` for ``cfg`` (default: the project's configuration)."""
+    """The component of block ``name`` (of :data:`BLOCKS` or :data:`STEP_BLOCKS`) for ``cfg``
+    (default: the project's configuration)."""
     from sw.config import DEFAULT_ACCEL
-    if name not in BLOCKS:
-        raise SynthError(f"unknown block {name!r}; choose from {', '.join(BLOCKS)}")
-    return BLOCKS[name][1](cfg or DEFAULT_ACCEL)
+    table = {**BLOCKS, **STEP_BLOCKS}
+    if name not in table:
+        raise SynthError(f"unknown block {name!r}; choose from {', '.join(table)}")
+    return table[name][1](cfg or DEFAULT_ACCEL)
 
 
 _SUMMARY_RE = re.compile(r"([0-9.]+) ns logic, ([0-9.]+) ns routing")
@@ -439,7 +476,7 @@ def main(argv=None):
     mode.add_argument("--record", action="store_true", help=f"write the figures into {RECORD.name}")
     args = parser.parse_args(argv)
     if args.list:
-        for name, (what, _) in BLOCKS.items():
+        for name, (what, _) in {**BLOCKS, **STEP_BLOCKS}.items():
             print(f"{name:<11} {what}")
         return 0
     if args.chip:
@@ -450,9 +487,9 @@ def main(argv=None):
         parser.error("--seed is an option of --chip (the blocks are placed with nextpnr's seed)")
     args.mhz = TARGET_MHZ if args.mhz is None else args.mhz
     names = args.blocks or list(BLOCKS)
-    unknown = [n for n in names if n not in BLOCKS]
+    unknown = [n for n in names if n not in BLOCKS and n not in STEP_BLOCKS]
     if unknown:
-        parser.error(f"unknown block {unknown[0]!r}; choose from {', '.join(BLOCKS)}")
+        parser.error(f"unknown block {unknown[0]!r}; choose from {', '.join({**BLOCKS, **STEP_BLOCKS})}")
     try:
         cfg = _load_accel(args.accel)
         if args.from_report:
