@@ -53,8 +53,8 @@ from hw.flow.synth import (
     write_report,
 )
 
-__all__ = ["BLOCKS", "STEP_BLOCKS", "TARGET_MHZ", "TOLERANCE", "RECORD", "make_block", "run_block", "run_blocks",
-           "run_chip", "check_against_record", "main"]
+__all__ = ["BLOCKS", "STEP_BLOCKS", "TARGET_MHZ", "TOLERANCE", "RECORD", "make_block", "run_block",
+           "run_blocks", "run_chip", "check_against_record", "main"]
 
 #: The Fmax every block must reach alone (the whole chip loses 20-30 % to congestion).
 TARGET_MHZ = 180.0
