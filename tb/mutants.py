@@ -235,6 +235,21 @@ MUTANTS = [
        "address of the next sum", "hw/accel/mv_core.py",
        'word_copies(m, platform, r_idx, O, "w_idx")', 'word_copies(m, platform, a_idx, O, "w_idx")',
        "tests/test_mv_core.py::test_core_rows_are_the_integer_mlp"),
+    _m("sampler-ties-last", "sampler: a tied score replaces the best, so ties go to the highest index",
+       "hw/step/sampler.py", "m.d.comb += wins.eq(first | (score > best))",
+       "m.d.comb += wins.eq(first | (score >= best))", "tests/test_sampler.py"),
+    _m("noise-lane-mantissa-off", "noise lane: the mantissa's 8 bits taken one place low",
+       "hw/step/noise_lane.py", "m.d.comb += log2_rd.addr.eq(norm[R - K:R])",
+       "m.d.comb += log2_rd.addr.eq(norm[R - K - 1:R - 1])", "tests/test_noise_lane.py"),
+    _m("rmsnorm-no-eps", "RMSNorm: eps left out of the sum of squares",
+       "hw/step/rmsnorm.py", "D.eq((D + r * r + self.eps)[:D_BITS])", "D.eq((D + r * r)[:D_BITS])",
+       "tests/test_rmsnorm.py"),
+    _m("softmax-floor-not-rne", "softmax: the normalisation truncates instead of rounding to even",
+       "hw/step/softmax_av.py", "up = (r2 > den) | ((r2 == den) & q[0])", "up = 0",
+       "tests/test_softmax_av.py"),
+    _m("rope-ties-up", "RoPE rounds ties up, not to even",
+       "hw/step/rope.py", "up = (r > (1 << (F - 1))) | ((r == (1 << (F - 1))) & q[0])",
+       "up = r >= (1 << (F - 1))", "tests/test_rope.py"),
 ]
 
 
