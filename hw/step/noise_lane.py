@@ -31,7 +31,8 @@ class NoiseLane(wiring.Component):
        top 8 bits, addresses the ``G`` table.
     2. ``i``, the 8 bits of ``w`` below its leading one, by a left shift of ``32 - b``, addresses
        the ``LOG2`` table; the ``G`` entry is registered.
-    3. ``(33 - b) * 2**16 - LOG2[i] - G[j]``, registered.
+    3. The ``LOG2`` entry is registered (a table read is a block RAM's slow output).
+    4. ``(33 - b) * 2**16 - LOG2[i] - G[j]``, registered.
 
     The two tables are :func:`sw.golden.quant.noise_tables`, 256 words of 17 bits each, read-only
     memories initialised from the spec (distributed RAM or a block RAM, as synthesis chooses).
@@ -47,7 +48,7 @@ class NoiseLane(wiring.Component):
     o : Out(stream.Signature(noise_out_layout(tag_bits), always_ready=True))
     """
 
-    latency = 3
+    latency = 4
 
     def __init__(self, tag_bits=1):
         if not isinstance(tag_bits, int) or tag_bits < 0:
@@ -97,8 +98,12 @@ class NoiseLane(wiring.Component):
         g2 = Signal(width, reset_less=True)
         m.d.sync += [b2.eq(b1), g2.eq(g_rd.data)]
 
-        # Stage 3: LOG2[i] on the read port, and the sum.
+        # Stage 3: LOG2[i] from the read port into a register; stage 4: the sum.
+        b3 = Signal.like(b1, reset_less=True)
+        g3 = Signal(width, reset_less=True)
+        l3 = Signal(width, reset_less=True)
+        m.d.sync += [b3.eq(b2), g3.eq(g2), l3.eq(log2_rd.data)]
         out = Signal(signed(NOISE_BITS), reset_less=True)
-        m.d.sync += out.eq(((R + 1 - b2) << F) - log2_rd.data - g2)
+        m.d.sync += out.eq(((R + 1 - b3) << F) - l3 - g3)
         m.d.comb += [self.o.valid.eq(valid[-1]), self.o.p.noise.eq(out), self.o.p.tag.eq(tag[-1])]
         return m

@@ -139,7 +139,7 @@ class Sampler(wiring.Component):
         valid1 = Signal()
         m.d.sync += [word1.eq(nxt), valid1.eq(take)]
 
-        # ---- logits: two lanes into 24 bits (stages 1-5); the noise lane (stages 2-4) ------------
+        # ---- logits: two lanes into 24 bits (stages 1-5); the noise lane (stages 2-5) ------------
         meta_layout = data.StructLayout({"prompt": pb, "index": ib, "last": 1})
         meta = Signal(meta_layout)
         m.d.comb += [meta.prompt.eq(self.i.p.data.prompt), meta.index.eq(index), meta.last.eq(self.i.p.last)]
@@ -150,11 +150,8 @@ class Sampler(wiring.Component):
                          lane.i.p.shift.eq(self.i.p.data.shift)]
         m.d.comb += lane_c.i.p.tag.eq(meta)
         m.submodules.noise = noise = NoiseLane(tag_bits=0)
-        word2 = Signal.like(word1, reset_less=True)
-        valid2 = Signal()
-        m.d.sync += [word2.eq(word1), valid2.eq(valid1)]
-        m.d.comb += [noise.i.valid.eq(valid2), noise.i.p.r.eq(word2)]
-        assert 2 + NoiseLane.latency == RequantLane.latency
+        m.d.comb += [noise.i.valid.eq(valid1), noise.i.p.r.eq(word1)]
+        assert 1 + NoiseLane.latency == RequantLane.latency
 
         # ---- stage 6: l_c - l_u into the guidance lane, everything else in its tag ---------------
         tag_layout = data.StructLayout({"meta": meta_layout, "l_c": signed(LB), "l_u": signed(LB),
