@@ -32,8 +32,9 @@ class SoftmaxAv(wiring.Component):
         y[i] = saturate8(div_rne(o[i] * a_mult, E << a_shift))
 
     Phases per head: **in**, the positions one per cycle into a buffer while the maximum score is
-    kept; **exp**, the buffer read one position per cycle through a 3-stage pipeline (the exponent,
-    the table, the ``head_dim`` products added into the accumulators); **divide**, each output
+    kept; **exp**, the buffer read one position per cycle through a 4-stage pipeline (the word
+    registered, the exponent, the table, the ``head_dim`` products added into the accumulators);
+    **divide**, each output
     element by restoring division, one quotient bit per cycle, rounded to nearest, ties to even,
     and saturated. The scores come from the MAC array in the whole step; here they are an input.
 
@@ -93,12 +94,14 @@ class SoftmaxAv(wiring.Component):
         o = [Signal(signed(acc_w), name=f"o_{i}") for i in range(DH)]
         clear = Signal()
 
-        # The exp pipeline: stage 1 the buffer's word; stage 2 t, the table address and the
-        # halvings; stage 3 the table's word shifted; stage 4 the accumulators.
+        # The exp pipeline: stage 1 the buffer's word, registered (a block RAM's output is slow);
+        # stage 2 t, the table address and the halvings; stage 3 the table's word shifted; stage 4
+        # the accumulators.
+        v0 = Signal()
         v1 = Signal()
-        e1 = Signal(pos)
-        m.d.comb += [rd.addr.eq(raddr), e1.eq(rd.data)]
-        m.d.sync += v1.eq(issue)
+        e1 = Signal(pos, reset_less=True)
+        m.d.comb += rd.addr.eq(raddr)
+        m.d.sync += [v0.eq(issue), v1.eq(v0), e1.eq(rd.data)]
         t2 = Signal(quant.ACC_BITS + 33)
         n2 = Signal(6, reset_less=True)
         v2 = Signal()
@@ -128,7 +131,7 @@ class SoftmaxAv(wiring.Component):
         push_y = Signal(signed(8))
         push_last = Signal()
         push = Signal()
-        wait = Signal(range(4))
+        wait = Signal(range(5))
 
         with m.FSM():
             with m.State("in"):
@@ -145,7 +148,7 @@ class SoftmaxAv(wiring.Component):
                 m.d.comb += issue.eq(1)
                 m.d.sync += raddr.eq(raddr + 1)
                 with m.If(raddr == count - 1):
-                    m.d.sync += wait.eq(3)
+                    m.d.sync += wait.eq(4)
                     m.next = "drain"
             with m.State("drain"):
                 m.d.sync += wait.eq(wait - 1)
