@@ -11,16 +11,12 @@ import os
 
 import cocotb
 import numpy as np
-from cocotb.clock import Clock
-from cocotb.triggers import ClockCycles, RisingEdge
-from cocotbext.axi import AxiStreamBus, AxiStreamFrame, AxiStreamSink, AxiStreamSource
+from cocotb.triggers import RisingEdge
+from cocotbext.axi import AxiStreamFrame
 
 from hw.step.rmsnorm import rmsnorm_in_layout, rmsnorm_out_layout
 from sw.trace.full_step import load_full_step
-from tb.stalls import random_pauses
-from tb.step.cocotb_sampler import fields, pack, unpack
-
-CLOCK_NS = 10
+from tb.step.bench import Bench, fields, pack, plant_index, unpack
 
 
 @cocotb.test()
@@ -31,25 +27,13 @@ async def norm_trace(dut):
     want = t["m"].astype(np.int64).copy()
     plant = os.environ.get("FASTCAR_PLANT", "")
     if plant:
-        idx = tuple(int(i) for i in plant.split(":"))
+        idx = plant_index(plant)
         want[idx] = want[idx] + 1 if want[idx] < 127 else want[idx] - 1
 
-    cocotb.start_soon(Clock(dut.clk, CLOCK_NS, unit="ns").start())
-    bi, bo = AxiStreamBus.from_prefix(dut, "s_axis_i"), AxiStreamBus.from_prefix(dut, "m_axis_o")
-    src = AxiStreamSource(bi, dut.clk, dut.rst, byte_size=len(bi.tdata))
-    sink = AxiStreamSink(bo, dut.clk, dut.rst, byte_size=len(bo.tdata))
-    for x in (src, sink):
-        x.log.setLevel("WARNING")
-    p = float(os.environ.get("FASTCAR_STALL", "0"))
-    if p:
-        seed = int(os.environ.get("FASTCAR_SEED", "1"))
-        src.set_pause_generator(random_pauses(seed, p))
-        sink.set_pause_generator(random_pauses(seed + 7, p))
+    bench = Bench(dut)
+    src, sink = bench.src, bench.sink
     dut.eps.value = int(m["eps"])
-    dut.rst.value = 1
-    await ClockCycles(dut.clk, 5)
-    dut.rst.value = 0
-    await ClockCycles(dut.clk, 2)
+    await bench.reset()
 
     f_in, f_out = fields(rmsnorm_in_layout()), fields(rmsnorm_out_layout())
     r_mid = t["r_mid"].astype(np.int64)

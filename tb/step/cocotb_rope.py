@@ -9,17 +9,13 @@ import os
 
 import cocotb
 import numpy as np
-from cocotb.clock import Clock
-from cocotb.triggers import ClockCycles, RisingEdge
-from cocotbext.axi import AxiStreamBus, AxiStreamFrame, AxiStreamSink, AxiStreamSource
+from cocotb.triggers import RisingEdge
+from cocotbext.axi import AxiStreamFrame
 
 from hw.step.rope import rope_in_layout, rope_out_layout
 from sw.golden import quant
 from sw.trace.full_step import load_full_step
-from tb.stalls import random_pauses
-from tb.step.cocotb_sampler import fields, pack, unpack
-
-CLOCK_NS = 10
+from tb.step.bench import Bench, fields, pack, plant_index, unpack
 
 
 @cocotb.test()
@@ -31,24 +27,12 @@ async def rope_trace(dut):
     plant = os.environ.get("FASTCAR_PLANT", "")
     if plant:
         name, *idx = plant.split(":")
-        idx = tuple(int(i) for i in idx)
+        idx = plant_index(":".join(idx))
         want[name][idx] = want[name][idx] + 1 if want[name][idx] < 127 else want[name][idx] - 1
 
-    cocotb.start_soon(Clock(dut.clk, CLOCK_NS, unit="ns").start())
-    bi, bo = AxiStreamBus.from_prefix(dut, "s_axis_i"), AxiStreamBus.from_prefix(dut, "m_axis_o")
-    src = AxiStreamSource(bi, dut.clk, dut.rst, byte_size=len(bi.tdata))
-    sink = AxiStreamSink(bo, dut.clk, dut.rst, byte_size=len(bo.tdata))
-    for x in (src, sink):
-        x.log.setLevel("WARNING")
-    p = float(os.environ.get("FASTCAR_STALL", "0"))
-    if p:
-        seed = int(os.environ.get("FASTCAR_SEED", "1"))
-        src.set_pause_generator(random_pauses(seed, p))
-        sink.set_pause_generator(random_pauses(seed + 7, p))
-    dut.rst.value = 1
-    await ClockCycles(dut.clk, 5)
-    dut.rst.value = 0
-    await ClockCycles(dut.clk, 2)
+    bench = Bench(dut)
+    src, sink = bench.src, bench.sink
+    await bench.reset()
 
     f_in, f_out = fields(rope_in_layout(dh)), fields(rope_out_layout(dh))
     eps = int(m["eps"])

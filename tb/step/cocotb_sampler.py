@@ -19,72 +19,27 @@ import os
 import cocotb
 import numpy as np
 from cocotb.clock import Clock
-from cocotb.triggers import ClockCycles, RisingEdge
-from cocotbext.axi import AxiStreamBus, AxiStreamFrame, AxiStreamSink, AxiStreamSource
+from cocotb.triggers import RisingEdge
+from cocotbext.axi import AxiStreamFrame, AxiStreamSink, AxiStreamSource
 
 from hw.step.sampler import sampler_in_layout, sampler_out_layout, sampler_z_layout, seed_layout
 from sw.trace.full_step import load_full_step
-from tb.stalls import random_pauses
-
-CLOCK_NS = 10
-
-
-def fields(layout, prefix=""):
-    """``{name: (offset, width, signed)}`` of a (nested) struct or array layout's leaves (array
-    elements named by their index)."""
-    from amaranth.lib import data
-
-    out = {}
-    for name, f in layout:
-        if isinstance(f.shape, data.Layout):
-            for sub, (o, w, s) in fields(f.shape, f"{prefix}{name}.").items():
-                out[sub] = (f.offset + o, w, s)
-        else:
-            from amaranth import Shape
-
-            sh = Shape.cast(f.shape)
-            out[f"{prefix}{name}"] = (f.offset, sh.width, sh.signed)
-    return out
-
-
-def pack(fl, **values):
-    word = 0
-    for name, v in values.items():
-        o, w, _ = fl[name]
-        word |= (int(v) & ((1 << w) - 1)) << o
-    return word
-
-
-def unpack(fl, word, name):
-    o, w, s = fl[name]
-    v = (word >> o) & ((1 << w) - 1)
-    return v - (1 << w) if s and v >> (w - 1) else v
+from tb.step.bench import CLOCK_NS, Bench, fields, pack, plant_index, stream_model, unpack
 
 
 class TB:
+    """The sampler's four streams: tokens in (idle cycles) and seeds in, tokens and ``z`` out
+    (backpressure on the tokens)."""
+
     def __init__(self, dut):
         self.dut = dut
         cocotb.start_soon(Clock(dut.clk, CLOCK_NS, unit="ns").start())
-        self.bus = {p: AxiStreamBus.from_prefix(dut, p) for p in ("s_axis_i", "s_axis_seed", "m_axis_o",
-                                                                   "m_axis_z")}
-        w = {p: len(b.tdata) for p, b in self.bus.items()}
-        self.src = AxiStreamSource(self.bus["s_axis_i"], dut.clk, dut.rst, byte_size=w["s_axis_i"])
-        self.seed = AxiStreamSource(self.bus["s_axis_seed"], dut.clk, dut.rst, byte_size=w["s_axis_seed"])
-        self.out = AxiStreamSink(self.bus["m_axis_o"], dut.clk, dut.rst, byte_size=w["m_axis_o"])
-        self.z = AxiStreamSink(self.bus["m_axis_z"], dut.clk, dut.rst, byte_size=w["m_axis_z"])
-        for m in (self.src, self.seed, self.out, self.z):
-            m.log.setLevel("WARNING")
+        self.src = stream_model(AxiStreamSource, dut, "s_axis_i", stall_seed=0)
+        self.seed = stream_model(AxiStreamSource, dut, "s_axis_seed")
+        self.out = stream_model(AxiStreamSink, dut, "m_axis_o", stall_seed=7)
+        self.z = stream_model(AxiStreamSink, dut, "m_axis_z")
 
-    def set_stalls(self, seed, p):
-        if p:
-            self.src.set_pause_generator(random_pauses(seed, p))
-            self.out.set_pause_generator(random_pauses(seed + 7, p))
-
-    async def reset(self):
-        self.dut.rst.value = 1
-        await ClockCycles(self.dut.clk, 5)
-        self.dut.rst.value = 0
-        await ClockCycles(self.dut.clk, 2)
+    reset = Bench.reset
 
 
 @cocotb.test()
@@ -99,14 +54,13 @@ async def sample_trace(dut):
     plant = os.environ.get("FASTCAR_PLANT", "")
     if plant:
         kind, *idx = plant.split(":")
-        idx = tuple(int(i) for i in idx)
+        idx = plant_index(":".join(idx))
         if kind == "z":
             want_z[idx] += 1
         else:
             want_tok[idx] = (want_tok[idx] + 1) % C
 
     tb = TB(dut)
-    tb.set_stalls(int(os.environ.get("FASTCAR_SEED", "1")), float(os.environ.get("FASTCAR_STALL", "0")))
     dut.gain.value = int(dec["cfg_gain"] or 0)
     dut.guided.value = int(guided)
     dut.greedy.value = int(dec["temperature"] == 0)

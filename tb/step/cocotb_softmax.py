@@ -15,17 +15,13 @@ import os
 import cocotb
 import numpy as np
 import torch
-from cocotb.clock import Clock
-from cocotb.triggers import ClockCycles, RisingEdge
-from cocotbext.axi import AxiStreamBus, AxiStreamFrame, AxiStreamSink, AxiStreamSource
+from cocotb.triggers import RisingEdge
+from cocotbext.axi import AxiStreamFrame
 
 from hw.step.softmax_av import softmax_in_layout, softmax_out_layout
 from sw.model.fastcar import SparseConfig, attention_mask
 from sw.trace.full_step import load_full_step
-from tb.stalls import random_pauses
-from tb.step.cocotb_sampler import fields, pack, unpack
-
-CLOCK_NS = 10
+from tb.step.bench import Bench, fields, pack, plant_index, unpack
 
 
 def selected_steps(S, spec):
@@ -45,25 +41,13 @@ async def attention_trace(dut):
     want = t["attn"].astype(np.int64).copy()
     plant = os.environ.get("FASTCAR_PLANT", "")
     if plant:
-        idx = tuple(int(i) for i in plant.split(":"))
+        idx = plant_index(plant)
         want[idx] = want[idx] + 1 if want[idx] < 127 else want[idx] - 1
     steps = selected_steps(S, os.environ.get("FASTCAR_STEPS", "all"))
 
-    cocotb.start_soon(Clock(dut.clk, CLOCK_NS, unit="ns").start())
-    bi, bo = AxiStreamBus.from_prefix(dut, "s_axis_i"), AxiStreamBus.from_prefix(dut, "m_axis_o")
-    src = AxiStreamSource(bi, dut.clk, dut.rst, byte_size=len(bi.tdata))
-    sink = AxiStreamSink(bo, dut.clk, dut.rst, byte_size=len(bo.tdata))
-    for x in (src, sink):
-        x.log.setLevel("WARNING")
-    p = float(os.environ.get("FASTCAR_STALL", "0"))
-    if p:
-        seed = int(os.environ.get("FASTCAR_SEED", "1"))
-        src.set_pause_generator(random_pauses(seed, p))
-        sink.set_pause_generator(random_pauses(seed + 7, p))
-    dut.rst.value = 1
-    await ClockCycles(dut.clk, 5)
-    dut.rst.value = 0
-    await ClockCycles(dut.clk, 2)
+    bench = Bench(dut)
+    src, sink = bench.src, bench.sink
+    await bench.reset()
 
     f_in, f_out = fields(softmax_in_layout(dh)), fields(softmax_out_layout())
     q, k, v = (t[n].astype(np.int64) for n in ("q", "k", "v"))

@@ -38,13 +38,22 @@ def step_trace(request, small_trace):
     return Path(given).resolve() if given else small_trace
 
 
-def run_sampler(trace, sim, tag, **env):
-    m = load_full_step(trace, verify=False).manifest
-    P, C = m["dims"]["prompts"], m["dims"]["codebook"]
-    run_cocotb(lambda: AxisAdapter(Sampler(P, C)), toplevel="sampler_axis", test_module="cocotb_sampler",
-               test_dir=HERE, build_dir=BUILD / "step" / f"sampler-{sim}-{P}-{C}", sim=sim,
+def run_block(block, test_module, params, make, trace, sim, tag, env):
+    """Build ``AxisAdapter(make(*params))`` (cached per parameters) and run its cocotb test on ``trace``."""
+    name = "-".join(str(x) for x in (block, sim, *params))
+    run_cocotb(lambda: AxisAdapter(make(*params)), toplevel=f"{block}_axis", test_module=test_module,
+               test_dir=HERE, build_dir=BUILD / "step" / name, sim=sim,
                env={"FASTCAR_TRACE": str(trace), **env}, results_name=f"results-{tag}.xml",
-               key=("sampler", P, C), public="ports")
+               key=(block, *params), public="ports")
+
+
+def dims(trace, *names):
+    d = load_full_step(trace, verify=False).manifest["dims"]
+    return tuple(d[n] for n in names)
+
+
+def run_sampler(trace, sim, tag, **env):
+    run_block("sampler", "cocotb_sampler", dims(trace, "prompts", "codebook"), Sampler, trace, sim, tag, env)
 
 
 @pytest.mark.parametrize("stall", [0.0, 0.3])
@@ -68,11 +77,7 @@ def test_a_planted_wrong_value_is_named(step_trace, plant, named):
 
 
 def run_rmsnorm(trace, sim, tag, **env):
-    d = load_full_step(trace, verify=False).manifest["dims"]["d_model"]
-    run_cocotb(lambda: AxisAdapter(RmsNorm(d)), toplevel="rmsnorm_axis", test_module="cocotb_rmsnorm",
-               test_dir=HERE, build_dir=BUILD / "step" / f"rmsnorm-{sim}-{d}", sim=sim,
-               env={"FASTCAR_TRACE": str(trace), **env}, results_name=f"results-{tag}.xml",
-               key=("rmsnorm", d), public="ports")
+    run_block("rmsnorm", "cocotb_rmsnorm", dims(trace, "d_model"), RmsNorm, trace, sim, tag, env)
 
 
 @pytest.mark.parametrize("stall", [0.0, 0.3])
@@ -93,12 +98,8 @@ def test_a_planted_wrong_norm_is_named(step_trace):
 
 
 def run_softmax(trace, sim, tag, **env):
-    m = load_full_step(trace, verify=False).manifest
-    dh, P = m["dims"]["head_dim"], m["dims"]["positions"]
-    run_cocotb(lambda: AxisAdapter(SoftmaxAv(dh, P)), toplevel="softmax_axis", test_module="cocotb_softmax",
-               test_dir=HERE, build_dir=BUILD / "step" / f"softmax-{sim}-{dh}-{P}", sim=sim,
-               env={"FASTCAR_TRACE": str(trace), **env}, results_name=f"results-{tag}.xml",
-               key=("softmax_av", dh, P), public="ports")
+    run_block("softmax", "cocotb_softmax", dims(trace, "head_dim", "positions"), SoftmaxAv, trace, sim, tag,
+              env)
 
 
 @pytest.mark.parametrize("stall", [0.0, 0.3])
@@ -122,11 +123,7 @@ def test_a_planted_wrong_attention_is_named(step_trace):
 
 
 def run_rope(trace, sim, tag, **env):
-    dh = load_full_step(trace, verify=False).manifest["dims"]["head_dim"]
-    run_cocotb(lambda: AxisAdapter(Rope(dh)), toplevel="rope_axis", test_module="cocotb_rope",
-               test_dir=HERE, build_dir=BUILD / "step" / f"rope-{sim}-{dh}", sim=sim,
-               env={"FASTCAR_TRACE": str(trace), **env}, results_name=f"results-{tag}.xml",
-               key=("rope", dh), public="ports")
+    run_block("rope", "cocotb_rope", dims(trace, "head_dim"), Rope, trace, sim, tag, env)
 
 
 @pytest.mark.parametrize("stall", [0.0, 0.3])

@@ -1,0 +1,83 @@
+"""What the step's cocotb testbenches share: payload packing by the block's own layouts, and a bench
+of clock, reset and cocotbext-axi models on a block's ``s_axis_i`` and ``m_axis_o`` with the
+environment's idle and backpressure (``FASTCAR_STALL``, ``FASTCAR_SEED``)."""
+
+import os
+
+import cocotb
+from cocotb.clock import Clock
+from cocotb.triggers import ClockCycles
+from cocotbext.axi import AxiStreamBus, AxiStreamSink, AxiStreamSource
+
+from tb.stalls import random_pauses
+
+CLOCK_NS = 10
+
+
+def fields(layout, prefix=""):
+    """``{name: (offset, width, signed)}`` of a (nested) struct or array layout's leaves (array
+    elements named by their index)."""
+    from amaranth import Shape
+    from amaranth.lib import data
+
+    out = {}
+    for name, f in layout:
+        if isinstance(f.shape, data.Layout):
+            for sub, (o, w, s) in fields(f.shape, f"{prefix}{name}.").items():
+                out[sub] = (f.offset + o, w, s)
+        else:
+            sh = Shape.cast(f.shape)
+            out[f"{prefix}{name}"] = (f.offset, sh.width, sh.signed)
+    return out
+
+
+def pack(fl, **values):
+    word = 0
+    for name, v in values.items():
+        o, w, _ = fl[name]
+        word |= (int(v) & ((1 << w) - 1)) << o
+    return word
+
+
+def unpack(fl, word, name):
+    o, w, s = fl[name]
+    v = (word >> o) & ((1 << w) - 1)
+    return v - (1 << w) if s and v >> (w - 1) else v
+
+
+def plant_index(spec):
+    """``"3:1:0:7"`` -> ``(3, 1, 0, 7)``."""
+    return tuple(int(i) for i in spec.split(":"))
+
+
+def stall_settings():
+    """``(p, seed)`` of the environment's idle and backpressure."""
+    return float(os.environ.get("FASTCAR_STALL", "0")), int(os.environ.get("FASTCAR_SEED", "1"))
+
+
+def stream_model(cls, dut, prefix, stall_seed=None):
+    """A cocotbext-axi source or sink on ``prefix``, one list element per beat, quiet, with the
+    environment's pauses when ``stall_seed`` is given."""
+    bus = AxiStreamBus.from_prefix(dut, prefix)
+    model = cls(bus, dut.clk, dut.rst, byte_size=len(bus.tdata))
+    model.log.setLevel("WARNING")
+    p, seed = stall_settings()
+    if p and stall_seed is not None:
+        model.set_pause_generator(random_pauses(seed + stall_seed, p))
+    return model
+
+
+class Bench:
+    """Clock, the source on ``s_axis_i`` (idle cycles) and the sink on ``m_axis_o`` (backpressure)."""
+
+    def __init__(self, dut):
+        self.dut = dut
+        cocotb.start_soon(Clock(dut.clk, CLOCK_NS, unit="ns").start())
+        self.src = stream_model(AxiStreamSource, dut, "s_axis_i", stall_seed=0)
+        self.sink = stream_model(AxiStreamSink, dut, "m_axis_o", stall_seed=7)
+
+    async def reset(self):
+        self.dut.rst.value = 1
+        await ClockCycles(self.dut.clk, 5)
+        self.dut.rst.value = 0
+        await ClockCycles(self.dut.clk, 2)
