@@ -67,7 +67,9 @@ class AccelConfig:
     chunks : int
         Hidden chunks a row is cut into; the unit of work the dispatcher hands out.
     tas_lanes : int
-        Products per cycle of each TAS engine.
+        Products per cycle of each TAS engine. With ``tas_lanes == d_model`` (the default) a row
+        takes one step and one fully pipelined engine takes every row, one a cycle; with fewer, each
+        of the ``batch`` rows of a group has an engine of its own (:class:`hw.accel.tas_group.TasGroup`).
     mv_in, mv_out : int
         Each core is a weight-resident ``mv_in x mv_out`` matrix-vector unit (``mv_in`` activations
         times ``mv_out`` outputs per cycle, one MAC each).
@@ -80,7 +82,7 @@ class AccelConfig:
     batch: int = 4
     cores: int = 2
     chunks: int = 8
-    tas_lanes: int = 16
+    tas_lanes: int = SHIPPED_MODEL["d_model"]
     mv_in: int = 8
     mv_out: int = 8
 
