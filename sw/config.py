@@ -67,9 +67,10 @@ class AccelConfig:
     chunks : int
         Hidden chunks a row is cut into; the unit of work the dispatcher hands out.
     tas_lanes : int
-        Products per cycle of each TAS engine. With ``tas_lanes == d_model`` (the default) a row
-        takes one step and one fully pipelined engine takes every row, one a cycle; with fewer, each
-        of the ``batch`` rows of a group has an engine of its own (:class:`hw.accel.tas_group.TasGroup`).
+        Products per cycle of each TAS engine; ``None`` (the default) is ``d_model``. With
+        ``tas_lanes == d_model`` a row takes one step and one fully pipelined engine takes every
+        row, one a cycle; with fewer, each of the ``batch`` rows of a group has an engine of its
+        own (:class:`hw.accel.tas_group.TasGroup`).
     mv_in, mv_out : int
         Each core is a weight-resident ``mv_in x mv_out`` matrix-vector unit (``mv_in`` activations
         times ``mv_out`` outputs per cycle, one MAC each).
@@ -82,11 +83,14 @@ class AccelConfig:
     batch: int = 4
     cores: int = 2
     chunks: int = 8
-    tas_lanes: int = SHIPPED_MODEL["d_model"]
+    tas_lanes: int | None = None
     mv_in: int = 8
     mv_out: int = 8
 
     def __post_init__(self):
+        if self.tas_lanes is None:
+            # One step a row by default: one fully pipelined TAS engine.
+            object.__setattr__(self, "tas_lanes", self.d_model)
         for f in dataclasses.fields(self):
             v = getattr(self, f.name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:

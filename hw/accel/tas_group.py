@@ -393,22 +393,32 @@ class TasGroup(wiring.Component):
             m.d.comb += [wr.addr.eq(addr_bs[b]), wr.data.eq(Mux(rep_w, inc_r, 0)), wr.en.eq(wen_r)]
         # Stage D + 1: each engine's decision and TAS registered beside it, then the select of row
         # ``row_d``'s (the engines are far apart; one route and a multiplexer to the output).
-        tas_r = [Signal(signed(sb), name=f"tas_r_{b}", reset_less=True) for b in range(B)]
+        # (One engine: one TAS for every row, so one register and no select.)
+        E = self.engines
+        tas_r = [Signal(signed(sb), name=f"tas_r_{e}", reset_less=True) for e in range(E)]
         replay_r = [Signal(name=f"replay_r_{b}", reset_less=True) for b in range(B)]
         for b in range(B):
-            m.d.sync += [tas_r[b].eq(accs[b]), replay_r[b].eq(replays[b])]
+            m.d.sync += replay_r[b].eq(replays[b])
+        for e in range(E):
+            m.d.sync += tas_r[e].eq(accs[e])
         # Stage D + 2: a second copy of each, free for the placer to put between its engine and
         # the output (the engines are spread over the group; one route alone took 7 ns).
-        tas_t = [Signal(signed(sb), name=f"tas_t_{b}", reset_less=True) for b in range(B)]
+        tas_t = [Signal(signed(sb), name=f"tas_t_{e}", reset_less=True) for e in range(E)]
         replay_t = [Signal(name=f"replay_t_{b}", reset_less=True) for b in range(B)]
         for b in range(B):
-            m.d.sync += [tas_t[b].eq(tas_r[b]), replay_t[b].eq(replay_r[b])]
+            m.d.sync += replay_t[b].eq(replay_r[b])
+        for e in range(E):
+            m.d.sync += tas_t[e].eq(tas_r[e])
         row_o = delay(row_d, D, D + 2, "row_o")
         valid_t, valid_o = Signal(name="valid_t"), Signal(name="valid_o")
         m.d.sync += [valid_t.eq(valid_d), valid_o.eq(valid_t)]
         tas = Signal(signed(sb))
         replay = Signal()
-        m.d.comb += [tas.eq(Array(tas_t)[row_o]), replay.eq(Array(replay_t)[row_o])]
+        if E == 1:
+            m.d.comb += tas.eq(tas_t[0])
+        else:
+            m.d.comb += tas.eq(Array(tas_t)[row_o])
+        m.d.comb += replay.eq(Array(replay_t)[row_o])
 
         # The selected decision, registered (stage D + 3): the queue, the output register and the
         # credit count below take only registers, so they can sit together away from the engines.
