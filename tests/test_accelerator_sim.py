@@ -21,6 +21,19 @@ async def configure(ctx, dut, words):
     ctx.set(dut.cfg.valid, 0)
 
 
+def run_to_end(sim, cycles, what):
+    """Run ``sim`` until its testbenches are done; fail if that takes more than ``cycles`` clock
+    cycles (a background watchdog: the simulation stops as soon as the work is done, instead of
+    clocking an idle design up to the bound)."""
+    async def watchdog(ctx):
+        for _ in range(cycles):
+            await ctx.tick()
+        raise AssertionError(f"{what}: not done in {cycles:,} cycles")
+
+    sim.add_testbench(watchdog, background=True)
+    sim.run()
+
+
 async def send_group(ctx, dut, beats):
     """The ``(bits, last)`` row beats of one group on ``x``."""
     for bits, last in beats:
@@ -61,7 +74,7 @@ def test_every_group_of_a_small_trace(tmp_path, mode):
 
     sim.add_testbench(host)
     sim.add_testbench(sink)
-    sim.run_until(1e-8 * (len(words) + len(groups) * 1500))
+    run_to_end(sim, len(words) + len(groups) * 1500, f"{mode} run of the small trace")
     assert len(got) == len(groups) * B, f"{len(got)} rows out for {len(groups) * B} in"
     for k, (y, replay, row, tas, last) in enumerate(got):
         g, b = groups[k // B], k % B
@@ -72,3 +85,21 @@ def test_every_group_of_a_small_trace(tmp_path, mode):
         assert tas == tr.tas[g, b], f"{where}: TAS {tas}, trace {tr.tas[g, b]}"
         bad = np.flatnonzero(y != tr.y[g, b])
         assert bad.size == 0, f"{where}, element {bad[0]}: RTL {y[bad[0]]}, trace {tr.y[g, b][bad[0]]}"
+
+
+def test_run_to_end_fails_a_run_that_does_not_finish():
+    """The watchdog of ``run_to_end``: a testbench waiting on something that never comes fails."""
+    from amaranth import Module, Signal
+
+    m = Module()
+    never = Signal()
+    m.d.sync += never.eq(never)
+    sim = Simulator(m)
+    sim.add_clock(1e-8)
+
+    async def hangs(ctx):
+        await ctx.tick().until(never)
+
+    sim.add_testbench(hangs)
+    with pytest.raises(AssertionError, match="planted hang: not done in 40 cycles"):
+        run_to_end(sim, 40, "planted hang")

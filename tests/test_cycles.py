@@ -16,7 +16,7 @@ from sw.config import DEFAULT_ACCEL, AccelConfig
 from sw.golden import quant
 from sw.perf.cycles import Latencies, group_cycles, trace_cycles
 from tb.bench import MODEL_TOLERANCE, model_check
-from tests.test_accelerator_sim import configure, send_group
+from tests.test_accelerator_sim import configure, run_to_end, send_group
 
 #: Module-scoped fixtures: with pytest-xdist (--dist loadgroup) these tests share one worker.
 pytestmark = pytest.mark.xdist_group("test_cycles")
@@ -144,7 +144,7 @@ def measure(cfg: AccelConfig, static: bool,
 
     sim.add_testbench(host)
     sim.add_testbench(sink)
-    sim.run_until(1e-8 * (len(words) + G * 1500))
+    run_to_end(sim, len(words) + G * 1500, "every-mask trace")
     assert len(cycles) == G, f"{len(cycles)} of {G} groups finished"
     return cycles, np.array(replay).reshape(G, B), want
 
