@@ -67,12 +67,7 @@ class AccelConfig:
     chunks : int
         Hidden chunks a row is cut into; the unit of work the dispatcher hands out.
     tas_lanes : int
-        Products per cycle of each TAS engine (default 16: ``batch`` engines, ``d_model / 16``
-        steps a row); ``None`` is ``d_model``. With ``tas_lanes == d_model`` a row takes one step
-        and one fully pipelined engine takes every row, one a cycle; with fewer, each of the
-        ``batch`` rows of a group has an engine of its own (:class:`hw.accel.tas_group.TasGroup`).
-        The default keeps 64 fabric multipliers: the single engine's 96, in one place, made the
-        board top's route stall (``docs/timing.md``).
+        Products per cycle of each TAS engine.
     mv_in, mv_out : int
         Each core is a weight-resident ``mv_in x mv_out`` matrix-vector unit (``mv_in`` activations
         times ``mv_out`` outputs per cycle, one MAC each).
@@ -85,14 +80,11 @@ class AccelConfig:
     batch: int = 4
     cores: int = 2
     chunks: int = 8
-    tas_lanes: int | None = 16
+    tas_lanes: int = 16
     mv_in: int = 8
     mv_out: int = 8
 
     def __post_init__(self):
-        if self.tas_lanes is None:
-            # One step a row: one fully pipelined TAS engine.
-            object.__setattr__(self, "tas_lanes", self.d_model)
         for f in dataclasses.fields(self):
             v = getattr(self, f.name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:

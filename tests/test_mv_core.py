@@ -113,8 +113,7 @@ def run_core(cfg, layers, groups, *, gaps=0, seed=0):
             for tag in sorted({t for _, _, _, t in jobs}):
                 vals, touched = [], []
                 for ob in range(L["d_ob"]):
-                    ctx.set(core.acc_addr_next, tag * L["d_ob"] + ob)
-                    await ctx.tick()                # the core's copies of the read address
+                    ctx.set(core.acc_addr, tag * L["d_ob"] + ob)
                     await ctx.tick()
                     vals += list(ctx.get(core.acc_data))
                     touched.append(ctx.get(core.acc_touched))

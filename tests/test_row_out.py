@@ -61,15 +61,11 @@ def test_row_out_latency_and_sums():
             ctx.set(dut.done[p].valid, 0)
 
     async def cores(ctx):
-        # The cores' accumulator read ports: the address registered from acc_addr_next, data and
-        # touched one cycle after it.
-        addr = None
-        async for _, _, nxt in ctx.tick().sample(dut.acc_addr_next):
-            if addr is not None:
-                for p in range(P):
-                    ctx.set(dut.acc_data[p], [int(v) for v in parts[p, addr]])
-                    ctx.set(dut.acc_touched[p], int(touched[p, addr]))
-            addr = nxt
+        # The cores' accumulator read ports: data and touched one cycle after the address.
+        async for _, _, addr in ctx.tick().sample(dut.acc_addr):
+            for p in range(P):
+                ctx.set(dut.acc_data[p], [int(v) for v in parts[p, addr]])
+                ctx.set(dut.acc_touched[p], int(touched[p, addr]))
 
     async def monitor(ctx):
         cycle = 0

@@ -218,9 +218,9 @@ def test_drift_guard_several_frames_against_software(refresh, max_chain):
 
 @pytest.mark.parametrize("lanes, batch, adds", [(1, 1, 2), (3, 2, 1), (4, 2, 2), (16, 4, 2), (48, 4, 1)])
 def test_other_geometries(lanes, batch, adds):
-    """Other lane counts (odd ones leave a lane without a partner), batch sizes and pipelines, with
-    the counters on; with 48 lanes a row takes one step and one engine takes every row, a row index
-    returning after 4 cycles at the earliest (the chain counter's read-modify-write)."""
+    """Other lane counts (odd ones leave a lane without a partner), batch sizes and pipelines; with
+    48 lanes a row takes one step and an engine is busy for 3 cycles (the chain counter's
+    read-modify-write), with the counters on."""
     dim, n, layers = 48, 2, 2
     rng = np.random.default_rng(lanes * 100 + batch)
     rows = decode_order(rng, frames=4, layers=layers, positions=n, batch=batch, dim=dim,
@@ -273,26 +273,22 @@ def test_frame_jumps_follow_the_refresh_phase():
 
 
 # ---------------------------------------------------------------- timing of the stream
-@pytest.mark.parametrize("lanes, adds, latency, takes8", [
-    (DIM, 1, 17, [0, 1, 2, 3, 4, 5, 6, 7]), (DIM, 2, 12, [0, 1, 2, 3, 4, 5, 6, 7]),
-    (16, 1, 19, [0, 1, 2, 3, 6, 7, 8, 9]), (16, 2, 15, [0, 1, 2, 3, 6, 7, 8, 9])])
-def test_latency_back_to_back_groups(lanes, adds, latency, takes8):
-    """Rows back to back: every decision comes ``latency`` cycles after its beat, in arrival order; a
-    group's last row is decided ``latency + 3`` cycles after its first row's beat. With one step a
-    row (the default, ``lanes == dim``) one engine takes a row every cycle: 17 cycles, 12 with two
-    adder levels per stage. With 16 lanes (6 steps) each row index has an engine, busy for 6
-    cycles: 19 and 15."""
+@pytest.mark.parametrize("adds, latency", [(1, 19), (2, 15)])
+def test_latency_back_to_back_groups(adds, latency):
+    """Rows back to back: every decision comes ``latency`` cycles after its beat (19 by default,
+    15 with two adder levels per stage), in arrival order; a group's last row is decided
+    ``latency + 3`` cycles after its first row's beat; an engine takes its next row ``occupancy``
+    cycles after the last."""
     rng = np.random.default_rng(3)
     rows = decode_order(rng, frames=2, layers=2, positions=2, batch=CFG.batch)
-    dut, takes, outs = run_group(rows, layers=2, n=2, lanes=lanes, adds=adds)
-    assert dut.engines == (1 if lanes == DIM else CFG.batch)
+    dut, takes, outs = run_group(rows, layers=2, n=2, adds=adds)
     assert dut.latency == dut.steps + dut.tree_stages + 6 == latency
     check(rows, outs, reference(rows))
     assert [c - t for (c, *_), t in zip(outs, takes, strict=True)] == [dut.latency] * len(rows)
-    assert takes[:8] == takes8
+    assert takes[:8] == [0, 1, 2, 3, 6, 7, 8, 9]                 # engine 0 busy for 6 cycles
     assert outs[3][0] - takes[0] == latency + 3
     # With gaps: the same latency, whatever the spacing.
-    _, takes, outs = run_group(rows, layers=2, n=2, lanes=lanes, adds=adds, gaps=lambda i: (i * 7) % 5)
+    _, takes, outs = run_group(rows, layers=2, n=2, adds=adds, gaps=lambda i: (i * 7) % 5)
     assert [c - t for (c, *_), t in zip(outs, takes, strict=True)] == [dut.latency] * len(rows)
 
 
@@ -324,19 +320,14 @@ def test_bad_parameters(kwargs, match):
 
 
 # ---------------------------------------------------------------- the ECP5
-@pytest.mark.parametrize("lanes", [CFG.tas_lanes, 16])
-def test_ccu2c_only_on_ecp5(lanes):
-    dut = TasGroup(DIM, CFG.layers, CFG.tokens_per_frame, CFG.batch, lanes=lanes)
+def test_ccu2c_only_on_ecp5():
+    dut = TasGroup(DIM, CFG.layers, CFG.tokens_per_frame, CFG.batch, lanes=CFG.tas_lanes)
     on = Counter(i.type for i in instances(Fragment.get(dut, Ecp5Stub())))
-    # 8 bit rows x lanes / 2 lane pairs x 5 CCU2C (9 result bits) per engine. With one step a row
-    # (the default) one engine and no operand select; with 6 steps, batch engines and a copy of
-    # the step counter (3 bits) per lane of each, kept apart (hw.lib.ff_copies).
-    if lanes == DIM:
-        assert dut.engines == 1 and on == {"CCU2C": 8 * (DIM // 2) * 5}
-    else:
-        assert dut.engines == CFG.batch
-        assert on == {"CCU2C": CFG.batch * 8 * (lanes // 2) * 5, "TRELLIS_FF": CFG.batch * lanes * 3}
-    dut = TasGroup(DIM, CFG.layers, CFG.tokens_per_frame, CFG.batch, lanes=lanes)
+    # 8 bit rows x 8 lane pairs x 5 CCU2C (9 result bits) per engine; and a copy of the step
+    # counter (3 bits) per lane of each engine, kept apart (hw.lib.ff_copies).
+    assert on == {"CCU2C": CFG.batch * 8 * (CFG.tas_lanes // 2) * 5,
+                  "TRELLIS_FF": CFG.batch * CFG.tas_lanes * 3}
+    dut = TasGroup(DIM, CFG.layers, CFG.tokens_per_frame, CFG.batch, lanes=CFG.tas_lanes)
     assert not list(instances(Fragment.get(dut, None)))
 
 

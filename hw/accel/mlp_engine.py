@@ -144,7 +144,7 @@ class MlpEngine(wiring.Component):
             m.d.comb += [
                 store.r_addr[p].eq(core.w_addr), core.w_data.eq(store.r_data[p]),
                 core.h.eq(self.h), core.group_start.eq(self.group_start),
-                core.acc_addr_next.eq(out.acc_addr_next), out.acc_data[p].eq(core.acc_data),
+                core.acc_addr.eq(out.acc_addr), out.acc_data[p].eq(core.acc_data),
                 out.acc_touched[p].eq(core.acc_touched),
                 out.done[p].valid.eq(core.done.valid), out.done[p].p.eq(core.done.p),
                 self.core_busy[p].eq(core.busy), self.job_held[p].eq(~core.i.ready),

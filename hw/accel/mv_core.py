@@ -143,8 +143,8 @@ class MvCore(wiring.Component):
     * **D pass**: ``h @ wd[chunk rows]``: each block of ``mv_out`` int32 partial sums is added into
       the row's accumulator (``tag``, output block), kept in the core. The first write of a row
       since ``group_start`` stores instead of adding. When the pass has written its last block,
-      ``done`` names the row; the accumulators are read out on ``acc_addr_next`` /
-      ``acc_data`` (two cycles) by whoever adds the cores' parts and requantises the row.
+      ``done`` names the row; the accumulators are read out on ``acc_addr`` /
+      ``acc_data`` (one cycle) by whoever adds the cores' parts and requantises the row.
 
     Schedule: passes issue back to back with no bubble. At the end of a pass, with ``q`` chunks
     whose GU pass is done and whose D pass is not: ``q == 2``: the older one's D pass; ``q == 1``:
@@ -185,14 +185,12 @@ class MvCore(wiring.Component):
     group_start : In(1)
         A new group begins: every row accumulator is empty again.
     done : Out(stream.Signature(done_layout(cfg, tag_bits), always_ready=True))
-    acc_addr_next : In(range(batch * d_model / mv_out))
-        Accumulator read, a cycle ahead: row ``tag`` output block ``ob`` at
-        ``tag * (d_model / mv_out) + ob``. The core registers it into one copy per output column
-        and one for the touched bits (:func:`hw.lib.ff_copies.word_copies`), the read address.
+    acc_addr : In(range(batch * d_model / mv_out))
+        Accumulator read: row ``tag`` output block ``ob`` at ``tag * (d_model / mv_out) + ob``.
     acc_data : Out(ArrayLayout(signed(cfg.row_sum_bits), mv_out))
     acc_touched : Out(1)
-        One cycle after the read address (two after ``acc_addr_next``): the block's sums, and
-        whether any D pass wrote it since ``group_start`` (if not, the core's part is zero).
+        One cycle after ``acc_addr``: the block's sums, and whether any D pass wrote it since
+        ``group_start`` (if not, the core's part is zero).
     busy : Out(1)
         A job is held, a pass is running or a chunk waits for its D pass.
     """
@@ -222,7 +220,7 @@ class MvCore(wiring.Component):
             "h": In(data.ArrayLayout(h_params_layout(), cfg.layers)),
             "group_start": In(1),
             "done": Out(stream.Signature(done_layout(cfg, tag_bits), always_ready=True)),
-            "acc_addr_next": In(range(cfg.batch * L["d_ob"])),
+            "acc_addr": In(range(cfg.batch * L["d_ob"])),
             "acc_data": Out(data.ArrayLayout(signed(cfg.row_sum_bits), cfg.mv_out)),
             "acc_touched": Out(1),
             "busy": Out(1),
@@ -575,16 +573,15 @@ class MvCore(wiring.Component):
         m.d.sync += [self.done.valid.eq(r_v & r_last), self.done.p.tag.eq(r_tag),
                      self.done.p.layer.eq(r_layer)]
         acc_q = Signal.like(r_old, reset_less=True)
-        # The read address: a copy per output column's memory and one for the touched bits.
-        acc_addr = word_copies(m, platform, self.acc_addr_next, O + 1, "acc_addr")
         for n, (_, _, ao) in enumerate(accs):
             m.d.sync += acc_q[n].eq(ao.data)
-            m.d.comb += ao.addr.eq(acc_addr[n])
+            m.d.comb += ao.addr.eq(self.acc_addr)
         m.d.comb += self.acc_data.eq(acc_q)
-        # On the ECP5 the touched bit of the read address is read by PLC-sized multiplexers.
+        # On the ECP5 the touched bit of acc_addr is read by PLC-sized multiplexers (acc_addr arrives
+        # late: it also addresses every distributed RAM cell of the accumulators).
         if is_ecp5(platform):
             m.d.sync += self.acc_touched.eq(
-                bit_select_primitive(m, "acc_touched_sel", touched, acc_addr[O]))
+                bit_select_primitive(m, "acc_touched_sel", touched, self.acc_addr))
         else:
-            m.d.sync += self.acc_touched.eq(touched.bit_select(acc_addr[O], 1))
+            m.d.sync += self.acc_touched.eq(touched.bit_select(self.acc_addr, 1))
         return m

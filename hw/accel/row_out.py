@@ -45,11 +45,10 @@ class RowOut(wiring.Component):
     -------
     done : In(stream.Signature(done_layout(cfg, tag_bits), always_ready=True)).array(cores)
         A core finished a D pass of row ``tag``.
-    acc_addr_next : Out(range(batch * d_model / mv_out))
+    acc_addr : Out(range(batch * d_model / mv_out))
     acc_data : In(ArrayLayout(signed(cfg.row_sum_bits), mv_out)).array(cores)
     acc_touched : In(1).array(cores)
-        The cores' accumulator read ports: the address of the next cycle (each core registers
-        copies of it beside its memories), the data one cycle after that.
+        The cores' accumulator read ports (data one cycle after the address).
     rq : In(stream.Signature(rqd_load_layout(cfg), always_ready=True))
         Down requantisation table writes.
     o : Out(stream.Signature(hw.accel.layouts.row_out_layout(d_model, tag_bits)))
@@ -61,7 +60,7 @@ class RowOut(wiring.Component):
         self._d_ob = pass_lengths(cfg)["d_ob"]
         super().__init__({
             "done": In(stream.Signature(done_layout(cfg, tag_bits), always_ready=True)).array(cores),
-            "acc_addr_next": Out(range(cfg.batch * self._d_ob)),
+            "acc_addr": Out(range(cfg.batch * self._d_ob)),
             "acc_data": In(data.ArrayLayout(signed(cfg.row_sum_bits), cfg.mv_out)).array(cores),
             "acc_touched": In(1).array(cores),
             "rq": In(stream.Signature(rqd_load_layout(cfg), always_ready=True)),
@@ -109,26 +108,20 @@ class RowOut(wiring.Component):
             with m.If(full[b]):
                 m.d.comb += pick.eq(b)
         # The accumulator and table addresses are counters of their own (no adder before the reads).
-        # The accumulator address leaves as its next value: each core keeps copies of the register
-        # beside its memories (one address register would reach every accumulator cell of both
-        # cores, about a thousand loads across the die).
-        acc_addr = Signal.like(self.acc_addr_next)
-        acc_next = self.acc_addr_next
+        acc_addr = Signal.like(self.acc_addr)
         t_addr = Signal(range(cfg.layers * D))
-        m.d.comb += [start.eq(~busy & ~self.o.valid & full.any()), acc_next.eq(acc_addr)]
-        m.d.sync += acc_addr.eq(acc_next)
+        m.d.comb += start.eq(~busy & ~self.o.valid & full.any())
         with m.If(start):
             m.d.sync += [busy.eq(1), issuing.eq(1), cur.eq(pick), ob.eq(0)]
             with m.Switch(pick):
                 for b in range(B):
                     with m.Case(b):
-                        m.d.comb += acc_next.eq(b * D)
-                        m.d.sync += t_addr.eq(lbase[b])
+                        m.d.sync += [acc_addr.eq(b * D), t_addr.eq(lbase[b])]
         with m.If(issuing):
-            m.d.comb += acc_next.eq(acc_addr + 1)
-            m.d.sync += [ob.eq(ob + 1), t_addr.eq(t_addr + 1)]
+            m.d.sync += [ob.eq(ob + 1), acc_addr.eq(acc_addr + 1), t_addr.eq(t_addr + 1)]
             with m.If(ob == D - 1):
                 m.d.sync += issuing.eq(0)
+        m.d.comb += self.acc_addr.eq(acc_addr)
 
         # The table in distributed RAM (asynchronous read of a registered address, then a register):
         # writes are registered once on the way in (they only happen while loading). One memory per

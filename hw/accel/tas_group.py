@@ -65,11 +65,7 @@ def _and_pair_ccu2c(m, name, x, bx, y, by):
 class TasGroup(wiring.Component):
     """Integer TAS and replay decision of the ``batch`` rows of a group, in parallel, without DSPs.
 
-    With ``lanes < dim``, row ``b`` of a group always runs on engine ``b`` (``batch`` engines). With
-    ``lanes == dim`` (the default configuration) a row takes one step, and one engine, fully
-    pipelined, takes every row, one a cycle (:attr:`engines`): the row register feeds its operand
-    register directly, so there are no delay taps and no operand selects, whose wires, shared by
-    every engine and spread over the die, were the board top's longest. Each engine computes
+    Row ``b`` of a group always runs on engine ``b``. Each engine computes
     ``tas = sum_e q[e] * k[e]`` (:func:`sw.golden.quant.tas_int`), ``lanes`` products per cycle for
     ``dim / lanes`` steps, then takes the decision of :func:`sw.golden.quant.replay_decision` with the
     drift guard of ``sw/golden``, bit for bit::
@@ -86,7 +82,7 @@ class TasGroup(wiring.Component):
     **Datapath.** A row's beat is registered whole (no enable). Chunk ``s`` (``lanes`` pairs) then
     runs down a delay line of ``s`` registers shared by all engines, so chunk ``s`` of every row is
     at tap ``s`` exactly ``s`` cycles after the row; an engine picks, at its step ``s``, tap ``s``
-    into its operand register (with one step, the row itself: no tap, no select). Nothing holds a whole row under an enable. The products are built
+    into its operand register. Nothing holds a whole row under an enable. The products are built
     in the fabric as signed partial-product rows ``(k[e] bit j) ? q[e] : 0`` (weight ``2**j``,
     ``-2**7`` for the sign bit), and the rows of the same bit ``j`` of two lanes are added in one
     carry chain whose LUTs also form the AND gates (:func:`and_pair_init`; on the ECP5 these are
@@ -95,12 +91,11 @@ class TasGroup(wiring.Component):
     the TAS accumulator each engine keeps ``tas - threshold`` (threshold clamped to the TAS range,
     which changes no comparison), so the compare is its sign bit and costs no cycle.
 
-    **Chain counters.** Row ``b``'s counters are a memory of its own (beside engine ``b``): a memory of
+    **Chain counters.** Engine ``b`` owns the counters of row ``b``: a memory of
     ``layers * tokens_per_frame`` words (distributed RAM, read into a register), read two cycles
-    before the decision and written the cycle after it. A row of index ``b`` is taken
+    before the decision and written the cycle after it. An engine takes a new row
     ``max(dim / lanes, 4)`` cycles after the previous one, so a read never misses the previous
-    write of its own row (in a group, rows ``0 .. batch - 1`` arrive once each, so this never
-    waits in the accelerator).
+    write of its own row.
 
     **Output.** Each engine's decision and TAS are registered beside it, a cycle after the
     decision, and once more on their way to the output; then the row's are selected and
@@ -148,11 +143,8 @@ class TasGroup(wiring.Component):
         ``steps + tree_stages + 6``.
     steps : int
         ``dim // lanes``.
-    engines : int
-        ``batch``, or 1 when ``steps`` is 1.
     occupancy : int
-        Cycles between two rows of the same index ``b`` (the same engine, or with one engine the
-        same chain-counter memory).
+        Cycles between two rows taken by the same engine.
     """
 
     def __init__(self, dim, layers, tokens_per_frame, batch, *, lanes=16, frame_bits=8, chain_bits=8,
@@ -198,11 +190,6 @@ class TasGroup(wiring.Component):
     @property
     def occupancy(self) -> int:
         return max(self.steps, 4)
-
-    @property
-    def engines(self) -> int:
-        """Dot-product engines: ``batch``, or one when a row takes one step (``lanes == dim``)."""
-        return 1 if self.steps == 1 else self._batch
 
     @property
     def tree_stages(self) -> int:
@@ -325,17 +312,11 @@ class TasGroup(wiring.Component):
         row_rd = delay(row_in.row, 1, D - 1, "row_rd")
 
         # ---- engines ------------------------------------------------------------------------
-        # One step a row: a single engine takes every row (one a cycle), and each row's decision
-        # below reads its score. Otherwise engine b takes row b.
         accs, diffs = [], []
-        if self.engines == 1:
-            acc, diff = self._engine(m, platform, 0, taps, valid_in, neg_thr_acc, use_prim, sb)
-            accs, diffs = [acc] * B, [diff] * B
-        else:
-            for b in range(B):
-                acc, diff = self._engine(m, platform, b, taps, in_take[b], neg_thr_acc, use_prim, sb)
-                accs.append(acc)
-                diffs.append(diff)
+        for b in range(B):
+            acc, diff = self._engine(m, platform, b, taps, in_take[b], neg_thr_acc, use_prim, sb)
+            accs.append(acc)
+            diffs.append(diff)
 
         # ---- chain counters: one memory per engine, read registered ---------------------------
         cnt_bank = []
@@ -393,32 +374,22 @@ class TasGroup(wiring.Component):
             m.d.comb += [wr.addr.eq(addr_bs[b]), wr.data.eq(Mux(rep_w, inc_r, 0)), wr.en.eq(wen_r)]
         # Stage D + 1: each engine's decision and TAS registered beside it, then the select of row
         # ``row_d``'s (the engines are far apart; one route and a multiplexer to the output).
-        # (One engine: one TAS for every row, so one register and no select.)
-        E = self.engines
-        tas_r = [Signal(signed(sb), name=f"tas_r_{e}", reset_less=True) for e in range(E)]
+        tas_r = [Signal(signed(sb), name=f"tas_r_{b}", reset_less=True) for b in range(B)]
         replay_r = [Signal(name=f"replay_r_{b}", reset_less=True) for b in range(B)]
         for b in range(B):
-            m.d.sync += replay_r[b].eq(replays[b])
-        for e in range(E):
-            m.d.sync += tas_r[e].eq(accs[e])
+            m.d.sync += [tas_r[b].eq(accs[b]), replay_r[b].eq(replays[b])]
         # Stage D + 2: a second copy of each, free for the placer to put between its engine and
         # the output (the engines are spread over the group; one route alone took 7 ns).
-        tas_t = [Signal(signed(sb), name=f"tas_t_{e}", reset_less=True) for e in range(E)]
+        tas_t = [Signal(signed(sb), name=f"tas_t_{b}", reset_less=True) for b in range(B)]
         replay_t = [Signal(name=f"replay_t_{b}", reset_less=True) for b in range(B)]
         for b in range(B):
-            m.d.sync += replay_t[b].eq(replay_r[b])
-        for e in range(E):
-            m.d.sync += tas_t[e].eq(tas_r[e])
+            m.d.sync += [tas_t[b].eq(tas_r[b]), replay_t[b].eq(replay_r[b])]
         row_o = delay(row_d, D, D + 2, "row_o")
         valid_t, valid_o = Signal(name="valid_t"), Signal(name="valid_o")
         m.d.sync += [valid_t.eq(valid_d), valid_o.eq(valid_t)]
         tas = Signal(signed(sb))
         replay = Signal()
-        if E == 1:
-            m.d.comb += tas.eq(tas_t[0])
-        else:
-            m.d.comb += tas.eq(Array(tas_t)[row_o])
-        m.d.comb += replay.eq(Array(replay_t)[row_o])
+        m.d.comb += [tas.eq(Array(tas_t)[row_o]), replay.eq(Array(replay_t)[row_o])]
 
         # The selected decision, registered (stage D + 3): the queue, the output register and the
         # credit count below take only registers, so they can sit together away from the engines.
@@ -460,11 +431,6 @@ class TasGroup(wiring.Component):
     def _engine(self, m, platform, b, taps, in_take, neg_thr_acc, use_prim, sb):
         """Engine ``b``: operand select, partial products, adder tree, accumulators."""
         P, S = self._lanes, self.steps
-        if S == 1:
-            # One step: the row's only chunk is the operand, registered (no select, no counter).
-            op = Signal(2 * 8 * P, name=f"e{b}_op", reset_less=True)
-            m.d.sync += op.eq(taps[0])
-            return self._products(m, b, op, in_take, neg_thr_acc, use_prim, sb)
         # Step: s in the cycle tap s holds this engine's chunk s. It is 0 in stage 1, the cycle
         # ``in_take`` (the engine's take, registered) is high: the counter waits at 0 between rows
         # (it wraps from s - 1 to 0), and ``in_take`` loads 1 for the next cycle. So the select is
@@ -486,11 +452,6 @@ class TasGroup(wiring.Component):
                 for bit in range(w):
                     level = [Mux(sel[bit], level[2 * i + 1], level[2 * i]) for i in range(len(level) // 2)]
                 m.d.sync += op[base:base + 8].eq(level[0])
-        return self._products(m, b, op, in_take, neg_thr_acc, use_prim, sb)
-
-    def _products(self, m, b, op, in_take, neg_thr_acc, use_prim, sb):
-        """Engine ``b`` from its operand register on: partial products, adder tree, accumulators."""
-        P = self._lanes
         qs = [op[8 * j:8 * j + 8].as_signed() for j in range(P)]
         ks = [op[8 * P + 8 * j:8 * P + 8 * j + 8] for j in range(P)]
 

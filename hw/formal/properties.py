@@ -130,15 +130,9 @@ PROPERTIES = [
              "returns the block last written at its address, WeightStore.latency cycles later",
              "hw/accel/weight_store.py", "WeightStore", lambda cls: WeightStoreMemory(dut_class=cls),
              "bmc", 10, nomem=False),
-    Property("tas_group_order", "TAS group (2 engines, 1 lane, 2 steps a row): one decision per row "
-             "taken, in arrival order, with its row and TAS, none stuck; o holds valid and payload "
-             "until ready", "hw/accel/tas_group.py", "TasGroup",
-             lambda cls: TasGroupOrder(dim=TINY_ACCEL.d_model, layers=TINY_ACCEL.layers,
-                                       tokens_per_frame=TINY_ACCEL.tokens_per_frame, batch=TINY_ACCEL.batch,
-                                       lanes=1, dut_class=cls), "bmc", 20),
-    Property("tas_group_order_one", "TAS group (the shipped form: one engine, one step a row, "
-             "tiny config): one decision per row taken, in arrival order, with its row and TAS, none "
-             "stuck; o holds valid and payload until ready", "hw/accel/tas_group.py", "TasGroup",
+    Property("tas_group_order", "TAS group (2 engines, 2 lanes): one decision per row taken, in "
+             "arrival order, with its row and TAS, none stuck; o holds valid and payload until ready",
+             "hw/accel/tas_group.py", "TasGroup",
              lambda cls: TasGroupOrder(dim=TINY_ACCEL.d_model, layers=TINY_ACCEL.layers,
                                        tokens_per_frame=TINY_ACCEL.tokens_per_frame, batch=TINY_ACCEL.batch,
                                        lanes=TINY_ACCEL.tas_lanes, dut_class=cls), "bmc", 20),
