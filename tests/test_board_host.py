@@ -234,3 +234,25 @@ def test_static_and_chunk_rr_exclude_each_other(capsys):
     with pytest.raises(SystemExit):
         main(["--port", "/dev/null", "--static", "--chunk-rr"])
     assert "not allowed with argument" in capsys.readouterr().err
+
+
+def info_example(text):
+    """The ``board → ...`` bytes of the INFO example in ``docs/board.md``."""
+    lines = [ln for ln in text.splitlines() if ln.startswith("board → 80 ")]
+    assert len(lines) == 1, f"docs/board.md: expected one 'board → 80 ...' INFO example, found {len(lines)}"
+    return bytes(int(b, 16) for b in lines[0].split("→")[1].split())
+
+
+def test_docs_info_example_is_what_the_board_answers():
+    """docs/board.md's INFO exchange: answer byte, length, ``info_bytes`` of the default
+    configuration, status 0; a changed byte in the example is caught."""
+    from pathlib import Path
+
+    from sw.config import DEFAULT_ACCEL
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "board.md").read_text()
+    info = info_bytes(DEFAULT_ACCEL)
+    want = bytes([RESPONSE | 0x00, len(info)]) + info + bytes([0])
+    assert info_example(text) == want, "docs/board.md: the INFO example is not what the board answers"
+    planted = text.replace(" 46 43 41 52 ", " 46 43 41 53 ", 1)   # FCAR -> FCAS
+    assert info_example(planted) != want
