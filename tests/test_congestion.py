@@ -65,6 +65,47 @@ def test_cli_writes_plot_and_report(tmp_path, capsys):
     assert "RUDY demand per tile" in capsys.readouterr().out
 
 
+def test_regions_and_blocks():
+    grid = [[1.0] * 12 + [5.0] for _ in range(3)]
+    # Two regions of 10 x 10 across (the second only 3 wide), one down (3 rows).
+    assert congestion.region_means(grid) == [[1.0, round((2 + 5) / 3, 1)]]
+    assert congestion.region_means(grid, size=1)[0][12] == 5.0
+    named = _netlist({
+        "core.tas.x": _cell("TRELLIS_COMB", 1, 1, {}), "core.tas.y": _cell("TRELLIS_FF", 2, 2, {}),
+        "core.rob.z": _cell("TRELLIS_FF", 3, 3, {}), "$nextpnr_CCU2C_1": _cell("TRELLIS_COMB", 1, 1, {}),
+        "core.far": _cell("TRELLIS_FF", 30, 3, {}), "core.tas.m": _cell("MULT18X18D", 1, 1, {}, "MULT18_0")})
+    cells = congestion.placed_cells(named)
+    assert congestion.blocks_in(cells, 0, 0, 9, 9, depth=2) == [("core.tas", 2), ("core.rob", 1), ("(nextpnr)", 1)]
+    # The cell's own name is not a block: a cell directly in "core" counts for "core".
+    assert congestion.blocks_in(cells, 20, 0, 39, 9) == [("core", 1)]
+
+
+def test_cli_names_the_nets_at_a_tile_and_refuses_a_bad_one(tmp_path, capsys):
+    placed = tmp_path / "placed.json"
+    placed.write_text(json.dumps(NETLIST))
+    assert congestion.main(["--placed", str(placed), "--at", "5/1"]) == 0
+    report = json.loads((tmp_path / "congestion.json").read_text())
+    assert report["tiles"] == {"X5/Y1": [{"nets": "net", "demand": round((12 + 3) / (12 * 3), 1), "count": 1}]}
+    assert report["rudy_max_region"]["tiles"] == [0, 0, 9, 9]
+    assert "at X5/Y1" in capsys.readouterr().out
+    assert congestion.main(["--placed", str(placed), "--at", "5,1"]) == 1
+    assert "--at '5,1'" in capsys.readouterr().err
+
+
+def test_overuse_by_group(tmp_path, capsys):
+    csv = tmp_path / "h_congestion_by_net_2.csv"
+    csv.write_text("core.tas.e0_op[3],5\ncore.tas.e1_op[4],2\ncore.leds[4],1\n")
+    total, groups = congestion.overuse_by_group(csv)
+    assert total == 8 and groups == [("core.tas.e#_op[#]", 7, 2), ("core.leds[#]", 1, 1)]
+    assert congestion.main(["--overuse", str(csv)]) == 0
+    out = capsys.readouterr().out
+    assert "87.5 %" in out and "by block: core.tas 87.5 %, core 12.5 %" in out
+    csv.write_text("core.tas.e0_op[3],5\nbroken\n")
+    assert congestion.main(["--overuse", str(csv)]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{csv}: line 2" in err
+
+
 @pytest.mark.parametrize("content, field", [
     ("{", "not JSON"),
     ('{"cells": {}}', "field 'modules'"),

@@ -4,6 +4,8 @@ Usage::
 
     python -m hw.flow.congestion build/synth/ulx3s_85f [--placer static|heap] [--force]
     python -m hw.flow.congestion --placed PLACED.json            # a placement you already have
+    python -m hw.flow.congestion --placed PLACED.json --at 40/80  # and the nets at another tile
+    python -m hw.flow.congestion --overuse h_congestion_by_net_5.csv   # router2's overuse by net
 
 The first form places the Yosys netlist of a synthesis build directory (``top.json`` and
 ``top.lpf``, which ``nox -s synth`` leaves there even when routing fails) with nextpnr-ecp5
@@ -11,8 +13,9 @@ The first form places the Yosys netlist of a synthesis build directory (``top.js
 second reads a placed netlist. Both print how the logic is spread over the die (cells per band
 of 10 columns), a RUDY estimate (rectangular uniform wire density: each net's half-perimeter
 spread evenly over its bounding box) and, at the tile of highest demand, which nets make it
-(grouped by name, with every number in a name written ``#``), and write ``congestion.png`` (the
-demand map) and ``congestion.json``.
+(grouped by name, with every number in a name written ``#``), the mean demand of every region of
+10 x 10 tiles with the logic cells of the hottest region by block, the nets at each ``--at`` tile,
+and write ``congestion.png`` (the demand map) and ``congestion.json``.
 
 This is how the default accelerator's routing failure was explained: nextpnr's default
 analytic placer put the logic in the left 70 % of the die while the DSP and block-RAM rows,
@@ -29,7 +32,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-__all__ = ["rudy", "band_counts", "tile_demand", "main", "CongestionError"]
+__all__ = ["rudy", "band_counts", "tile_demand", "region_means", "blocks_in", "overuse_by_group", "main", "CongestionError"]
 
 BAND = 10                 # columns per band in the spread table
 LOGIC = ("TRELLIS_COMB", "TRELLIS_FF", "TRELLIS_RAMW")
@@ -143,6 +146,52 @@ def tile_demand(cells, names: dict[int, str], x: int, y: int, max_fanout: int = 
     return [(g, round(v, 1), count[g]) for g, v in demand.most_common(top)]
 
 
+def region_means(grid, size: int = BAND) -> list[list[float]]:
+    """The mean demand of every ``size`` x ``size`` region of tiles, row by row from the top."""
+    h, w = len(grid), len(grid[0]) if grid else 0
+    out = []
+    for y0 in range(0, h, size):
+        row = []
+        for x0 in range(0, w, size):
+            vals = [grid[y][x] for y in range(y0, min(y0 + size, h)) for x in range(x0, min(x0 + size, w))]
+            row.append(round(sum(vals) / len(vals), 1))
+        out.append(row)
+    return out
+
+
+def blocks_in(cells, x0: int, y0: int, x1: int, y1: int, depth: int = 3, top: int = 8):
+    """The logic cells placed in ``x0 <= x <= x1``, ``y0 <= y <= y1`` by block: ``[(block, cells)]``,
+    largest first, a block being the first ``depth`` parts of the hierarchy in the cell's dotted name
+    (the last part is the cell's own name; cells that
+    nextpnr made and named ``$nextpnr...`` count as ``(nextpnr)``)."""
+    count = collections.Counter()
+    for name, kind, x, y, _ in cells:
+        if kind in LOGIC and x0 <= x <= x1 and y0 <= y <= y1:
+            count["(nextpnr)" if name.startswith("$nextpnr") else ".".join(name.split(".")[:-1][:depth])] += 1
+    return count.most_common(top)
+
+
+def overuse_by_group(path: Path, top: int | None = 12) -> tuple[int, list[tuple[str, int, int]]]:
+    """What router2 found overused in one iteration, from the ``_congestion_by_net_N.csv`` that
+    ``nextpnr-ecp5 --router router2 --router2-heatmap PREFIX`` writes (lines ``net,overused wires``):
+    ``(total, [(group, overused wires, nets)])``, largest first (``top`` of them, None for all),
+    nets grouped as in :func:`tile_demand`. A wire that ``k`` nets share counts ``k`` times."""
+    total, wires, nets = 0, collections.Counter(), collections.Counter()
+    try:
+        lines = Path(path).read_text().splitlines()
+    except OSError as e:
+        raise CongestionError(f"{path}: cannot read: {e.strerror}") from None
+    for n, line in enumerate(lines, 1):
+        name, sep, count = line.rpartition(",")
+        if not sep or not count.strip().isdigit():
+            raise CongestionError(f"{path}: line {n}: expected 'net,overused wires', not {line!r}")
+        group = re.sub(r"\d+", "#", name)
+        wires[group] += int(count)
+        nets[group] += 1
+        total += int(count)
+    return total, [(g, v, nets[g]) for g, v in wires.most_common(top)]
+
+
 def summarise(cells, grid) -> dict:
     flat = sorted(v for row in grid for v in row)
     hot = max(((v, x, y) for y, row in enumerate(grid) for x, v in enumerate(row)))
@@ -213,7 +262,28 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path, help="directory for congestion.png/.json "
                                              "(default: beside the placed netlist)")
     ap.add_argument("--force", action="store_true", help="place again over an existing placed.json")
+    ap.add_argument("--overuse", type=Path, metavar="CSV",
+                    help="instead: what router2 found overused, by net group, from the "
+                         "PREFIX_congestion_by_net_N.csv of nextpnr's --router2-heatmap PREFIX")
+    ap.add_argument("--at", action="append", default=[], metavar="X/Y",
+                    help="also name the nets that make the demand of this tile (repeatable)")
     args = ap.parse_args(argv)
+    if args.overuse:
+        try:
+            total, groups = overuse_by_group(args.overuse)
+        except CongestionError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 1
+        _, every = overuse_by_group(args.overuse, top=None)
+        blocks = collections.Counter()
+        for g, v, _ in every:
+            blocks[".".join(g.split(".")[:-1][:4]) or g] += v
+        print(f"{args.overuse}: {total} uses of overused wires; by block: "
+              + ", ".join(f"{b} {100 * v / max(total, 1):.1f} %" for b, v in blocks.most_common(6)))
+        print("  by net group (uses, share, nets):")
+        for g, v, n in groups:
+            print(f"  {v:7d} {100 * v / max(total, 1):5.1f} % {n:6d}  {g}")
+        return 0
     try:
         if (args.build_dir is None) == (args.placed is None):
             raise CongestionError("give a build directory or --placed FILE (one of them)")
@@ -227,14 +297,30 @@ def main(argv=None) -> int:
         cells = placed_cells(netlist, str(placed))
         top_module = _top_module(netlist, str(placed))
         placer = top_module.get("settings", {}).get("placer", "?")
+        at = []
+        for text in args.at:
+            m = re.fullmatch(r"X?(\d+)/Y?(\d+)", text)
+            if not m:
+                raise CongestionError(f"--at {text!r}: expected a tile as X/Y, for example 40/80")
+            at.append((int(m[1]), int(m[2])))
     except CongestionError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     grid = rudy(cells)
     report = summarise(cells, grid) | {"placer": placer}
+    names = _net_names(top_module)
     report["rudy_max_tile_nets"] = [
         {"nets": g, "demand": v, "count": n}
-        for g, v, n in tile_demand(cells, _net_names(top_module), *report["rudy_max_tile"])]
+        for g, v, n in tile_demand(cells, names, *report["rudy_max_tile"])]
+    regions = region_means(grid)
+    report["rudy_regions"] = {"size": BAND, "means": regions}
+    ry, rx = max(((y, x) for y, row in enumerate(regions) for x, _ in enumerate(row)),
+                 key=lambda yx: regions[yx[0]][yx[1]])
+    box = (BAND * rx, BAND * ry, BAND * rx + BAND - 1, BAND * ry + BAND - 1)
+    report["rudy_max_region"] = {"tiles": list(box), "mean": regions[ry][rx],
+                                 "cells_by_block": blocks_in(cells, *box)}
+    report["tiles"] = {f"X{x}/Y{y}": [{"nets": g, "demand": v, "count": n}
+                                      for g, v, n in tile_demand(cells, names, x, y)] for x, y in at}
     out_dir = args.out or placed.parent
     out_dir.mkdir(parents=True, exist_ok=True)
     plot(grid, out_dir / "congestion.png", f"routing demand (RUDY), nextpnr placer {placer}: {placed.name}")
@@ -249,6 +335,17 @@ def main(argv=None) -> int:
     print("  at that tile, by net group (demand, nets):")
     for row in report["rudy_max_tile_nets"]:
         print(f"    {row['demand']:7.1f} {row['count']:6d}  {row['nets']}")
+    print(f"mean demand per region of {BAND} x {BAND} tiles (rows from Y 0, columns from X 0):")
+    for y, row in enumerate(regions):
+        print(f"  Y {BAND * y:3d} " + " ".join(f"{v:5.0f}" for v in row))
+    hot = report["rudy_max_region"]
+    print(f"  the hottest region, X{hot['tiles'][0]}-{hot['tiles'][2]} Y{hot['tiles'][1]}-{hot['tiles'][3]} "
+          f"(mean {hot['mean']}), logic cells by block: "
+          + ", ".join(f"{b} {n}" for b, n in hot["cells_by_block"]))
+    for tile, rows in report["tiles"].items():
+        print(f"  at {tile}, by net group (demand, nets):")
+        for row in rows:
+            print(f"    {row['demand']:7.1f} {row['count']:6d}  {row['nets']}")
     print(f"wrote {out_dir / 'congestion.png'} and {out_dir / 'congestion.json'}")
     return 0
 
