@@ -1,16 +1,13 @@
 """hw.flow.nextpnr_settings: settings written into nextpnr's input netlist, and read by nextpnr."""
 
 import json
+import os
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
 from hw.flow import synth
 from hw.flow.nextpnr_settings import SettingsError, add_settings, main
-
-REPO = Path(__file__).resolve().parents[1]
 
 # A netlist of one LUT between two ports, as Yosys writes it for the ECP5.
 NETLIST = {
@@ -86,7 +83,6 @@ def test_nextpnr_reads_them(tmp_path):
     not on its command line) decides which router runs."""
     path = _write(tmp_path)
     synth.setup_tool_env()
-    import os
 
     def route(settings):
         netlist = tmp_path / "n.json"

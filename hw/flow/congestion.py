@@ -159,6 +159,12 @@ def region_means(grid, size: int = BAND) -> list[list[float]]:
     return out
 
 
+def _block(name: str, depth: int) -> str:
+    """The first ``depth`` parts of the hierarchy in a dotted cell or net name (its last part is
+    the cell's or net's own name)."""
+    return ".".join(name.split(".")[:-1][:depth]) or name
+
+
 def blocks_in(cells, x0: int, y0: int, x1: int, y1: int, depth: int = 3, top: int = 8):
     """The logic cells placed in ``x0 <= x <= x1``, ``y0 <= y <= y1`` by block: ``[(block, cells)]``,
     largest first, a block being the first ``depth`` parts of the hierarchy in the cell's dotted name
@@ -167,7 +173,7 @@ def blocks_in(cells, x0: int, y0: int, x1: int, y1: int, depth: int = 3, top: in
     count = collections.Counter()
     for name, kind, x, y, _ in cells:
         if kind in LOGIC and x0 <= x <= x1 and y0 <= y <= y1:
-            count["(nextpnr)" if name.startswith("$nextpnr") else ".".join(name.split(".")[:-1][:depth])] += 1
+            count["(nextpnr)" if name.startswith("$nextpnr") else _block(name, depth)] += 1
     return count.most_common(top)
 
 
@@ -270,18 +276,17 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.overuse:
         try:
-            total, groups = overuse_by_group(args.overuse)
+            total, every = overuse_by_group(args.overuse, top=None)
         except CongestionError as e:
             print(f"error: {e}", file=sys.stderr)
             return 1
-        _, every = overuse_by_group(args.overuse, top=None)
         blocks = collections.Counter()
         for g, v, _ in every:
-            blocks[".".join(g.split(".")[:-1][:4]) or g] += v
+            blocks[_block(g, 4)] += v
         print(f"{args.overuse}: {total} uses of overused wires; by block: "
               + ", ".join(f"{b} {100 * v / max(total, 1):.1f} %" for b, v in blocks.most_common(6)))
         print("  by net group (uses, share, nets):")
-        for g, v, n in groups:
+        for g, v, n in every[:12]:
             print(f"  {v:7d} {100 * v / max(total, 1):5.1f} % {n:6d}  {g}")
         return 0
     try:
