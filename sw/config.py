@@ -67,7 +67,9 @@ class AccelConfig:
     chunks : int
         Hidden chunks a row is cut into; the unit of work the dispatcher hands out.
     tas_lanes : int
-        Products per cycle of each TAS engine.
+        Lanes of each TAS engine: it adds the one-bit products ``(k bit j) ? q : 0`` of
+        ``tas_lanes`` elements per cycle, one bit plane of ``k`` at a time, so a row takes
+        ``8 * d_model / tas_lanes`` cycles.
     mv_in, mv_out : int
         Each core is a weight-resident ``mv_in x mv_out`` matrix-vector unit (``mv_in`` activations
         times ``mv_out`` outputs per cycle, one MAC each).
@@ -80,7 +82,7 @@ class AccelConfig:
     batch: int = 4
     cores: int = 2
     chunks: int = 8
-    tas_lanes: int = 16
+    tas_lanes: int = SHIPPED_MODEL["d_model"]
     mv_in: int = 8
     mv_out: int = 8
 

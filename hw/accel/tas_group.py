@@ -5,12 +5,15 @@ from amaranth.lib import data, fifo, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from hw.accel.layouts import tas_row_layout
-from hw.lib.ff_copies import word_copies
+from hw.lib.ff_copies import ff_copies
 from hw.lib.mult18 import is_ecp5
 from hw.lib.widths import index_bits, mul_const
 from sw.golden import quant
 
 __all__ = ["TasGroup", "group_decision_layout", "and_pair_init"]
+
+#: Bits of a ``k`` element: an engine takes one bit plane of ``k`` per step.
+_PLANES = 8
 
 
 def group_decision_layout(batch):
@@ -66,9 +69,9 @@ class TasGroup(wiring.Component):
     """Integer TAS and replay decision of the ``batch`` rows of a group, in parallel, without DSPs.
 
     Row ``b`` of a group always runs on engine ``b``. Each engine computes
-    ``tas = sum_e q[e] * k[e]`` (:func:`sw.golden.quant.tas_int`), ``lanes`` products per cycle for
-    ``dim / lanes`` steps, then takes the decision of :func:`sw.golden.quant.replay_decision` with the
-    drift guard of ``sw/golden``, bit for bit::
+    ``tas = sum_e q[e] * k[e]`` (:func:`sw.golden.quant.tas_int`) bit-serially, ``lanes`` one-bit
+    products per cycle for ``8 * dim / lanes`` steps, then takes the decision of
+    :func:`sw.golden.quant.replay_decision` with the drift guard of ``sw/golden``, bit for bit::
 
         want    = frame != 0 and tas >= threshold          (sw.golden.quant.replay_decision)
         force   = refresh (frame % refresh_every == 0, when enabled)
@@ -79,26 +82,28 @@ class TasGroup(wiring.Component):
     The refresh phase advances when the frame number changes (one phase for all engines), so rows
     arrive in decode order.
 
-    **Datapath.** A row's beat is registered whole (no enable). Chunk ``s`` (``lanes`` pairs) then
-    runs down a delay line of ``s`` registers shared by all engines, so chunk ``s`` of every row is
-    at tap ``s`` exactly ``s`` cycles after the row; an engine picks, at its step ``s``, tap ``s``
-    into its operand register. Nothing holds a whole row under an enable. The products are built
-    in the fabric as signed partial-product rows ``(k[e] bit j) ? q[e] : 0`` (weight ``2**j``,
-    ``-2**7`` for the sign bit), and the rows of the same bit ``j`` of two lanes are added in one
-    carry chain whose LUTs also form the AND gates (:func:`and_pair_init`; on the ECP5 these are
-    hand-placed ``CCU2C``, elsewhere ``+``). The adder tree then sums all ``8 * lanes`` rows with a
-    register after every ``adds_per_stage`` adder levels; the last stage is the accumulator. Beside
-    the TAS accumulator each engine keeps ``tas - threshold`` (threshold clamped to the TAS range,
-    which changes no comparison), so the compare is its sign bit and costs no cycle.
+    **Datapath.** A row's beat is registered whole (no enable). The engine of its row loads it the
+    next cycle into registers of its own, beside its adders, and holds it for the row's
+    ``8 * dim / lanes`` steps: no delay line and no operand select shared by the engines. Each
+    step adds the one-bit products ``(k[e] bit j) ? q[e] : 0`` of ``lanes`` elements, one bit
+    plane ``j`` of ``k`` at a time, 7 (the sign, weight ``-2**7``) first: the ``k`` registers shift
+    a bit at the end of each plane, and with fewer lanes than ``dim`` the row's chunks rotate
+    through the lanes. The products of two lanes are added in one carry chain whose LUTs also form
+    the AND gates (:func:`and_pair_init`; on the ECP5 these are hand-placed ``CCU2C``, elsewhere
+    ``+``); the adder tree sums the ``lanes / 2`` pair sums with a register after every
+    ``adds_per_stage`` adder levels, and the accumulator takes them Horner's way: the sum so far
+    doubles at the start of each plane, plane 7's sums are subtracted. A cycle after the last step
+    each engine registers ``tas - threshold`` (threshold clamped to the TAS range, which changes
+    no comparison), whose sign bit is the comparison.
 
     **Chain counters.** Engine ``b`` owns the counters of row ``b``: a memory of
     ``layers * tokens_per_frame`` words (distributed RAM, read into a register), read two cycles
-    before the decision and written the cycle after it. An engine takes a new row
-    ``max(dim / lanes, 4)`` cycles after the previous one, so a read never misses the previous
-    write of its own row.
+    before the decision and written the cycle after it. An engine takes a new row ``steps``
+    (at least 8) cycles after the previous one, so a read never misses the previous write of its
+    own row.
 
-    **Output.** Each engine's decision and TAS are registered beside it, a cycle after the
-    decision, and once more on their way to the output; then the row's are selected and
+    **Output.** Each engine's TAS is registered beside it, a cycle after its last step, and once
+    more on their way to the output, its decision once; then the row's are selected and
     registered, so that the output stage takes only registers. Decisions leave in the order the
     rows arrived (all engines have the same latency) through an output register and a queue. The
     input takes a row only while the queue has room for every row in flight (a credit count), so
@@ -112,13 +117,13 @@ class TasGroup(wiring.Component):
     layers, tokens_per_frame, batch : int
         Group geometry: ``batch`` engines, each with ``layers * tokens_per_frame`` chain counters.
     lanes : int
-        Products per cycle per engine (``sw.config.AccelConfig.tas_lanes``).
+        One-bit products per cycle per engine (``sw.config.AccelConfig.tas_lanes``).
     frame_bits, chain_bits : int
         Widths of the frame number and of a chain counter.
     adds_per_stage : int
         Adder levels between two pipeline registers: 1 (default; two levels per cycle reach only
-        119 MHz in ``python -m hw.flow.timing tas_group``, their routing dominates) or 2 (latency 4
-        cycles shorter by default).
+        119 MHz in ``python -m hw.flow.timing tas_group`` with the engines of 16 lanes, their
+        routing dominated) or 2 (latency 4 cycles shorter by default).
     primitive : bool or None
         ``True`` forces the ``CCU2C`` instances, ``False`` the ``+`` model; ``None`` (default) picks
         the instances exactly when the platform is an ECP5.
@@ -142,7 +147,7 @@ class TasGroup(wiring.Component):
         cycle its decision is on ``o`` (with ``o.ready`` high and nothing queued):
         ``steps + tree_stages + 6``.
     steps : int
-        ``dim // lanes``.
+        ``8 * dim // lanes``: bit planes times chunks.
     occupancy : int
         Cycles between two rows taken by the same engine.
     """
@@ -169,9 +174,9 @@ class TasGroup(wiring.Component):
         self._chain_bits, self._adds = chain_bits, adds_per_stage
         self._primitive_choice = primitive
         self._layout = tas_row_layout(dim, layers, tokens_per_frame, batch, frame_bits)
-        # Adder levels: the paired partial-product rows, the tree over the 8 * lanes / 2 pair sums
-        # (or 8 * lanes rows for one lane), then the accumulator.
-        items = 8 * ((lanes + 1) // 2)
+        # Adder levels: the paired partial-product rows of one bit plane, the tree over the
+        # lanes / 2 pair sums (the one row for one lane), then the accumulator.
+        items = (lanes + 1) // 2
         total = 1 + max(0, (items - 1).bit_length()) + 1
         self._levels = total
         self._tree_stages = -(-total // adds_per_stage) - 1
@@ -185,11 +190,12 @@ class TasGroup(wiring.Component):
 
     @property
     def steps(self) -> int:
-        return self._dim // self._lanes
+        """Cycles of one row in an engine: 8 bit planes of ``dim / lanes`` chunks each."""
+        return _PLANES * (self._dim // self._lanes)
 
     @property
     def occupancy(self) -> int:
-        return max(self.steps, 4)
+        return self.steps
 
     @property
     def tree_stages(self) -> int:
@@ -203,7 +209,8 @@ class TasGroup(wiring.Component):
     @property
     def _decide(self):
         # Cycle (after the beat) in which the accumulators hold a row's TAS: the beat's register
-        # (1), the operand register (2), the tree stages, then the accumulator adds of the steps.
+        # (1), the engine's row registers (2), the tree stages, then the accumulator adds of the
+        # steps.
         return self.steps + self._tree_stages + 2
 
     # ------------------------------------------------------------------------------------------
@@ -242,18 +249,6 @@ class TasGroup(wiring.Component):
         in_take = [Signal(name=f"in_take_{b}") for b in range(B)]
         for b in range(B):
             m.d.sync += in_take[b].eq(take_b[b])
-
-        # Chunk s of the row at tap s, s cycles after stage 1.
-        taps = []
-        for s in range(S):
-            q = Cat(*[row_in.q[s * P + j] for j in range(P)])
-            k = Cat(*[row_in.k[s * P + j] for j in range(P)])
-            cur = Cat(q, k)
-            for d in range(s):
-                nxt = Signal(len(cur), name=f"tap_{s}_{d}", reset_less=True)
-                m.d.sync += nxt.eq(cur)
-                cur = nxt
-            taps.append(cur)
 
         # ---- the shared metadata pipeline (one row per cycle at most, all the same latency) ----
         # pipe[c] holds the fields of the row taken c cycles before (stage 1 is row_in).
@@ -296,25 +291,26 @@ class TasGroup(wiring.Component):
         m.d.sync += [neg_t.eq(-thr), below3.eq(thr < lo), above3.eq(thr > hi)]
         neg_thr = Signal(signed(sb + 2), reset_less=True)
         m.d.sync += neg_thr.eq(Mux(below3, -lo, Mux(above3, -hi, neg_t)))        # stage 4
-        acc_stage = 2 + self._tree_stages
-        assert acc_stage >= 4
-        neg_thr_acc = delay(neg_thr, 4, acc_stage, "neg_thr")
+        # Each engine latches it in stage ``thr_stage`` of its row: its first step's, or stage 4.
+        thr_stage = max(2 + self._tree_stages, 4)
+        neg_thr_acc = delay(neg_thr, 4, thr_stage, "neg_thr")
 
         addr2 = Signal(range(depth), reset_less=True)
         m.d.sync += addr2.eq(mul_const(row_in.layer, self._n) + row_in.index)
 
         valid_d = delay(valid_in, 1, D, "valid")
         row_d = delay(row_in.row, 1, D, "row")
-        fnz_d = delay(~fz2, 2, D, "fnz")
-        addr_pre = delay(addr2, 2, D - 3, "addr")
-        row_pre = delay(row_in.row, 1, D - 3, "row_pre")
-        valid_pre = delay(valid_in, 1, D - 3, "valid_pre")
-        row_rd = delay(row_in.row, 1, D - 1, "row_rd")
+        fnz_d = delay(~fz2, 2, D + 1, "fnz")
+        addr_pre = delay(addr2, 2, D - 2, "addr")
+        row_pre = delay(row_in.row, 1, D - 2, "row_pre")
+        valid_pre = delay(valid_in, 1, D - 2, "valid_pre")
+        row_rd = delay(row_in.row, 1, D, "row_rd")
 
         # ---- engines ------------------------------------------------------------------------
         accs, diffs = [], []
         for b in range(B):
-            acc, diff = self._engine(m, platform, b, taps, in_take[b], neg_thr_acc, use_prim, sb)
+            acc, diff = self._engine(m, platform, b, row_in, take_b[b], in_take[b],
+                                     (neg_thr_acc, thr_stage), use_prim, sb)
             accs.append(acc)
             diffs.append(diff)
 
@@ -324,35 +320,35 @@ class TasGroup(wiring.Component):
         addr_bs = []
         for b in range(B):
             # Distributed RAM: Yosys would otherwise fold the read register into a DP16KD
-            # without its output register (and the block RAMs are all taken in v2).
+            # without its output register (and the block RAMs are all taken).
             mem = memory.Memory(shape=unsigned(self._chain_bits), depth=depth, init=[],
                                 attrs={"ram_style": "distributed"})
             m.submodules[f"chain_{b}"] = mem
             rd = mem.read_port(domain="comb")
             wr = mem.write_port()
             data_r = Signal(self._chain_bits, name=f"chain_rd_{b}", reset_less=True)
-            # The engine's own copy of the address (stage D - 2), loaded only when its row passes
+            # The engine's own copy of the address (stage D - 1), loaded only when its row passes
             # (a valid one: the stages also carry the fields of beats not taken),
-            # so that each memory's address comes from a register beside it: read in stage D - 2
-            # (used only for its own rows) and written in stage D + 1, before its next row (at
-            # least 4 cycles later) can change it.
+            # so that each memory's address comes from a register beside it: read in stage D - 1
+            # (used only for its own rows) and written in stage D + 2, before its next row (at
+            # least 8 cycles later) can change it.
             addr_b = Signal.like(addr_pre, name=f"chain_addr_{b}", reset_less=True)
             with m.If(valid_pre & (row_pre == b)):
                 m.d.sync += addr_b.eq(addr_pre)
             m.d.comb += rd.addr.eq(addr_b)
             addr_bs.append(addr_b)
-            m.d.sync += data_r.eq(rd.data)                                        # stage D - 1
+            m.d.sync += data_r.eq(rd.data)                                        # stage D
             cnt_bank.append(data_r)
             write_ports.append(wr)
-        # ---- decision (stage D) -------------------------------------------------------------
-        # Each engine decides for its own row from registers beside it: its comparison, its
-        # counter read (+1 and the max-chain test, registered in stage D) and the refresh phase;
-        # it writes its own counter with that decision a cycle later, from registers.
-        # The decision of row ``row_d`` is then a select of the engines' (no select on the write
-        # path).
+        # ---- decision (stage D + 1) ---------------------------------------------------------
+        # Each engine decides for its own row from registers beside it: the sign of its
+        # ``tas - threshold`` (registered from its accumulator in stage D), its counter read (+1
+        # and the max-chain test, registered in stage D + 1) and the refresh phase; it writes its
+        # own counter with that decision a cycle later, from registers. The decision of row
+        # ``row_d`` is then a select of the engines' (no select on the write path).
         rf_d = Signal(reset_less=True)
-        m.d.sync += rf_d.eq(self.refresh_en & delay(ph0_4, 4, D - 1, "ph0"))
-        valid_rd = delay(valid_in, 1, D - 1, "valid_rd")
+        m.d.sync += rf_d.eq(self.refresh_en & delay(ph0_4, 4, D, "ph0"))
+        valid_rd = delay(valid_in, 1, D, "valid_rd")
         replays = []
         for b in range(B):
             cnt_inc = Signal(self._chain_bits, name=f"chain_inc_{b}", reset_less=True)
@@ -365,25 +361,23 @@ class TasGroup(wiring.Component):
             m.d.comb += replay_b.eq(fnz_d & ~diffs[b][-1] & ~rf_d & ~stop)
             replays.append(replay_b)
             wr = write_ports[b]
-            # The write, a stage later (D + 1), from registers only: the chain memory need not sit
+            # The write, a stage later (D + 2), from registers only: the chain memory need not sit
             # beside the engine's accumulator.
             inc_r = Signal.like(cnt_inc, name=f"chain_inc_r_{b}", reset_less=True)
             wen_r = Signal(name=f"chain_wen_r_{b}")
             rep_w = Signal(name=f"chain_rep_{b}", reset_less=True)
             m.d.sync += [inc_r.eq(cnt_inc), wen_r.eq(wen), rep_w.eq(replay_b)]
             m.d.comb += [wr.addr.eq(addr_bs[b]), wr.data.eq(Mux(rep_w, inc_r, 0)), wr.en.eq(wen_r)]
-        # Stage D + 1: each engine's decision and TAS registered beside it, then the select of row
-        # ``row_d``'s (the engines are far apart; one route and a multiplexer to the output).
+        # Stage D + 1: each engine's TAS registered beside it (its accumulator takes the next row
+        # in stage D + 1); stage D + 2: a second copy, free for the placer to put between its
+        # engine and the output, and the decision registered; then the select of row ``row_d``'s.
         tas_r = [Signal(signed(sb), name=f"tas_r_{b}", reset_less=True) for b in range(B)]
-        replay_r = [Signal(name=f"replay_r_{b}", reset_less=True) for b in range(B)]
         for b in range(B):
-            m.d.sync += [tas_r[b].eq(accs[b]), replay_r[b].eq(replays[b])]
-        # Stage D + 2: a second copy of each, free for the placer to put between its engine and
-        # the output (the engines are spread over the group; one route alone took 7 ns).
+            m.d.sync += tas_r[b].eq(accs[b])
         tas_t = [Signal(signed(sb), name=f"tas_t_{b}", reset_less=True) for b in range(B)]
         replay_t = [Signal(name=f"replay_t_{b}", reset_less=True) for b in range(B)]
         for b in range(B):
-            m.d.sync += [tas_t[b].eq(tas_r[b]), replay_t[b].eq(replay_r[b])]
+            m.d.sync += [tas_t[b].eq(tas_r[b]), replay_t[b].eq(replays[b])]
         row_o = delay(row_d, D, D + 2, "row_o")
         valid_t, valid_o = Signal(name="valid_t"), Signal(name="valid_o")
         m.d.sync += [valid_t.eq(valid_d), valid_o.eq(valid_t)]
@@ -428,46 +422,60 @@ class TasGroup(wiring.Component):
         return m
 
     # ------------------------------------------------------------------------------------------
-    def _engine(self, m, platform, b, taps, in_take, neg_thr_acc, use_prim, sb):
-        """Engine ``b``: operand select, partial products, adder tree, accumulators."""
-        P, S = self._lanes, self.steps
-        # Step: s in the cycle tap s holds this engine's chunk s. It is 0 in stage 1, the cycle
-        # ``in_take`` (the engine's take, registered) is high: the counter waits at 0 between rows
-        # (it wraps from s - 1 to 0), and ``in_take`` loads 1 for the next cycle. So the select is
-        # the counter itself, a flop, and nothing here waits on the input handshake.
-        step = Signal(range(max(S, 2)), name=f"e{b}_step")
-        step_next = Signal.like(step, name=f"e{b}_step_next")
-        m.d.comb += step_next.eq(Mux(in_take, 1 % S, Mux(step == 0, 0, Mux(step == S - 1, 0, step + 1))))
-        m.d.sync += step.eq(step_next)
-        # The select fans out to every operand bit: a copy of the counter per lane
-        # (:func:`hw.lib.ff_copies.word_copies`, which synthesis keeps apart), placed beside it.
-        sels = word_copies(m, platform, step_next, P, f"e{b}_sel")
-        w = len(step)
-        op = Signal(2 * 8 * P, name=f"e{b}_op", reset_less=True)
-        for ln in range(P):
-            sel = sels[ln]
-            for base in (8 * ln, 8 * P + 8 * ln):
-                level = [t[base:base + 8] for t in taps]
-                level += [level[-1]] * ((1 << w) - len(level))
-                for bit in range(w):
-                    level = [Mux(sel[bit], level[2 * i + 1], level[2 * i]) for i in range(len(level) // 2)]
-                m.d.sync += op[base:base + 8].eq(level[0])
-        qs = [op[8 * j:8 * j + 8].as_signed() for j in range(P)]
-        ks = [op[8 * P + 8 * j:8 * P + 8 * j + 8] for j in range(P)]
-
-        # Level 1: partial-product rows (k bit j) ? q : 0 of two lanes added (CCU2C with the ANDs).
-        items = []                      # (value, shift, negative)
-        for j in range(8):
-            for ln in range(0, P, 2):
-                if ln + 1 < P:
-                    name = f"e{b}_pp{j}_{ln}"
-                    if use_prim:
-                        v = _and_pair_ccu2c(m, name, qs[ln], ks[ln][j], qs[ln + 1], ks[ln + 1][j])
-                    else:
-                        v = Mux(ks[ln][j], qs[ln], 0) + Mux(ks[ln + 1][j], qs[ln + 1], 0)
+    def _engine(self, m, platform, b, row_in, take, in_take, thr, use_prim, sb):
+        """Engine ``b``: its row's registers, one bit plane's partial products, the adder tree and
+        the accumulator (Horner over the bit planes, most significant first)."""
+        P, C, S = self._lanes, self._dim // self._lanes, self.steps
+        # The registers load ``row_in`` in every cycle but those in which they hold a row whose
+        # steps need them (stages 2 to ``steps``); the cycle of the engine's take (stage 1) is
+        # never one of those, its previous row being at least ``steps`` cycles older. So the
+        # load enable is a register that does not wait on the input handshake: a copy per pair
+        # of lanes (:func:`hw.lib.ff_copies.ff_copies`), placed beside them, each of ``groups``
+        # groups of copies set from its own copy of the registered take and its own count.
+        pairs = (P + 1) // 2
+        groups = min(4, pairs)
+        per = -(-pairs // groups)
+        took = ff_copies(m, platform, take, groups, f"e{b}_took")
+        loads = []
+        for g in range(groups):
+            left = Signal(range(S), name=f"e{b}_left_{g}")
+            m.d.sync += left.eq(Mux(took[g], S - 1, Mux(left == 0, 0, left - 1)))
+            n = min(per, pairs - g * per)
+            if n > 0:
+                loads += [~h for h in ff_copies(m, platform, took[g] | (left > 1), n, f"e{b}_hold_{g}")]
+        # The row's registers, chunk c of ``lanes`` elements each; chunk 0 is the one a step reads.
+        # They load in stage 1 (so chunk 0 holds the row's chunk 0 in stage 2), then rotate by a
+        # chunk each cycle; the chunk that wraps around shifts its ``k`` by a bit, so chunk 0's
+        # top ``k`` bits run through the planes, 7 first.
+        qr = [[Signal(signed(8), name=f"e{b}_q{c}_{ln}", reset_less=True) for ln in range(P)]
+              for c in range(C)]
+        kr = [[Signal(8, name=f"e{b}_k{c}_{ln}", reset_less=True) for ln in range(P)] for c in range(C)]
+        for c in range(C):
+            for ln in range(P):
+                load = loads[ln // 2]
+                e = c * P + ln
+                if C == 1:
+                    with m.If(load):
+                        m.d.sync += qr[c][ln].eq(row_in.q[e])
                 else:
-                    v = Mux(ks[ln][j], qs[ln], 0)
-                items.append((v, j, j == 7))
+                    m.d.sync += qr[c][ln].eq(Mux(load, row_in.q[e], qr[(c + 1) % C][ln]))
+                k_next = kr[c + 1][ln] if c + 1 < C else (kr[0][ln] << 1)[:8]
+                m.d.sync += kr[c][ln].eq(Mux(load, row_in.k[e], k_next))
+        qs = qr[0]
+        kbit = [kr[0][ln][_PLANES - 1] for ln in range(P)]
+
+        # Level 1: partial-product rows (k bit) ? q : 0 of two lanes added (CCU2C with the ANDs).
+        items = []                      # (value, shift, negative)
+        for ln in range(0, P, 2):
+            if ln + 1 < P:
+                name = f"e{b}_pp_{ln}"
+                if use_prim:
+                    v = _and_pair_ccu2c(m, name, qs[ln], kbit[ln], qs[ln + 1], kbit[ln + 1])
+                else:
+                    v = Mux(kbit[ln], qs[ln], 0) + Mux(kbit[ln + 1], qs[ln + 1], 0)
+            else:
+                v = Mux(kbit[ln], qs[ln], 0)
+            items.append((v, 0, False))
 
         level = 1
         stage_after = {k for k in range(1, self._levels) if (self._levels - k) % self._adds == 0}
@@ -490,25 +498,45 @@ class TasGroup(wiring.Component):
                     nxt.append(items[n])
                     continue
                 (x, sx, nx), (y, sy, ny) = items[n], items[n + 1]
-                if sy < sx:
-                    (x, sx, nx), (y, sy, ny) = (y, sy, ny), (x, sx, nx)
-                yy = y.as_signed() << (sy - sx)
-                nxt.append((x + yy if nx == ny else x - yy, sx, nx))
+                nxt.append((x.as_signed() + y.as_signed(), 0, False))
             items = nxt
             level += 1
             items = stage(items, level)
-        v, s, neg = items[0]
-        assert s == 0 and not neg
-        partial = v
+        partial = items[0][0].as_signed()
 
-        # Accumulators: the TAS, and TAS - threshold (its sign is the comparison).
-        first = in_take
-        for n in range(1 + self._tree_stages):
-            r = Signal(name=f"e{b}_first_{n}")
-            m.d.sync += r.eq(first)
-            first = r
+        # The step's place among the planes, from counters that restart with the row (their
+        # values in stage 2, the row's first step): ``neg`` in plane 7 (the sign bit's weight is
+        # -2**7), ``dbl`` at the first chunk of every later plane (Horner: the sum so far doubles).
+        # The flags then follow the row's partial sums down the tree.
+        chunk = Signal(range(max(C, 2)), name=f"e{b}_chunk")
+        plane = Signal(range(_PLANES), name=f"e{b}_plane")
+        if C > 1:
+            m.d.sync += chunk.eq(Mux(in_take, 0, Mux(chunk == C - 1, 0, chunk + 1)))
+        wrap = chunk == C - 1 if C > 1 else Const(1)
+        m.d.sync += plane.eq(Mux(in_take, 0, Mux(wrap, plane + 1, plane)))
+        first, neg, dbl = Signal(name=f"e{b}_first_0"), Signal(name=f"e{b}_neg_0"), Signal(name=f"e{b}_dbl_0")
+        m.d.sync += [first.eq(in_take), neg.eq(in_take | ((plane == 0) & ~wrap)),
+                     dbl.eq(~in_take & wrap)]
+        for n in range(self._tree_stages):
+            f2, n2, d2 = (Signal(name=f"e{b}_{x}_{n + 1}") for x in ("first", "neg", "dbl"))
+            m.d.sync += [f2.eq(first), n2.eq(neg), d2.eq(dbl)]
+            first, neg, dbl = f2, n2, d2
+
+        # The accumulator: the TAS. Beside it, ``tas - threshold`` is registered a cycle after the
+        # last step (its sign is the comparison), from the threshold this engine latched with its
+        # row's first step.
         acc = Signal(signed(sb), name=f"e{b}_acc", reset_less=True)
+        prev = Mux(first, 0, Mux(dbl, acc << 1, acc))
+        m.d.sync += acc.eq(prev + Mux(neg, -partial, partial))
+        neg_thr, thr_stage = thr
+        latch = in_take
+        for n in range(thr_stage - 1):
+            r = Signal(name=f"e{b}_thr_en_{n}")
+            m.d.sync += r.eq(latch)
+            latch = r
+        thr_b = Signal.like(neg_thr, name=f"e{b}_neg_thr", reset_less=True)
+        with m.If(latch):
+            m.d.sync += thr_b.eq(neg_thr)
         diff = Signal(signed(sb + 2), name=f"e{b}_diff", reset_less=True)
-        m.d.sync += [acc.eq(Mux(first, 0, acc) + partial),
-                     diff.eq(Mux(first, neg_thr_acc, diff) + partial)]
+        m.d.sync += diff.eq(acc + thr_b)
         return acc, diff

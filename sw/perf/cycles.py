@@ -42,7 +42,7 @@ class Latencies:
     """
 
     def __init__(self, cfg: AccelConfig, *, tas: int | None = None):
-        steps = cfg.d_model // cfg.tas_lanes
+        steps = 8 * (cfg.d_model // cfg.tas_lanes)
         self.tas = tas if tas is not None else steps + _tas_tree_stages(cfg.tas_lanes) + 6
         self.weights = 6
         self.mv = 3 + max(0, (cfg.mv_in - 1).bit_length()) + 1
@@ -63,9 +63,9 @@ class Latencies:
 
 def _tas_tree_stages(lanes: int, adds_per_stage: int = 1) -> int:
     """Registered adder stages of a TAS engine (:attr:`hw.accel.tas_group.TasGroup.tree_stages`): the
-    paired partial-product rows, the tree over their ``8 * ceil(lanes / 2)`` sums and the
-    accumulator, ``adds_per_stage`` adder levels per register."""
-    items = 8 * ((lanes + 1) // 2)
+    paired partial-product rows of one bit plane, the tree over their ``ceil(lanes / 2)`` sums and
+    the accumulator, ``adds_per_stage`` adder levels per register."""
+    items = (lanes + 1) // 2
     levels = 1 + max(0, (items - 1).bit_length()) + 1
     return -(-levels // adds_per_stage) - 1
 

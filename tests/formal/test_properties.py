@@ -73,5 +73,5 @@ def test_cover(prop):
 
 
 #: Cycles needed to reach every cover statement (default 12).
-COVER_DEPTH = {"reorder_buffer_order": 16, "row_out_rows": 26, "tas_group_order": 18,
-               "handshake_accelerator": 18}
+COVER_DEPTH = {"reorder_buffer_order": 16, "row_out_rows": 26, "tas_group_order": 28,
+               "handshake_accelerator": 22}
