@@ -92,19 +92,19 @@ class TasGroup(wiring.Component):
     the AND gates (:func:`and_pair_init`; on the ECP5 these are hand-placed ``CCU2C``, elsewhere
     ``+``); the adder tree sums the ``lanes / 2`` pair sums with a register after every
     ``adds_per_stage`` adder levels, and the accumulator takes them Horner's way: the sum so far
-    doubles at the start of each plane, plane 7's sums are subtracted. A cycle after the last step
-    each engine registers ``tas - threshold`` (threshold clamped to the TAS range, which changes
-    no comparison), whose sign bit is the comparison.
+    doubles at the start of each plane, plane 7's sums are subtracted (an add or a subtract, not a
+    negation in series with the add). A cycle after the last step each engine registers its TAS
+    and its replay bit, whose comparison is the sign of ``tas - threshold`` (threshold clamped to
+    the TAS range, which changes no comparison) taken from the accumulator in that cycle.
 
     **Chain counters.** Engine ``b`` owns the counters of row ``b``: a memory of
     ``layers * tokens_per_frame`` words (distributed RAM, read into a register), read two cycles
-    before the decision and written the cycle after it. An engine takes a new row ``steps``
+    before the decision is registered and written from the decision's registers. An engine takes a new row ``steps``
     (at least 8) cycles after the previous one, so a read never misses the previous write of its
     own row.
 
-    **Output.** Each engine's TAS is registered beside it, a cycle after its last step, and once
-    more on their way to the output, its decision once; then the row's are selected and
-    registered, so that the output stage takes only registers. Decisions leave in the order the
+    **Output.** The output register and the queue take the row's TAS and replay bit, selected
+    from the engines' registers (a cycle after the last step). Decisions leave in the order the
     rows arrived (all engines have the same latency) through an output register and a queue. The
     input takes a row only while the queue has room for every row in flight (a credit count), so
     the pipeline never stalls and ``o.ready`` drives only the output register, the queue and the
@@ -145,7 +145,7 @@ class TasGroup(wiring.Component):
     latency : int
         Cycles from a row's beat on ``i`` (the cycle with ``valid`` and ``ready`` high) to the
         cycle its decision is on ``o`` (with ``o.ready`` high and nothing queued):
-        ``steps + tree_stages + 6``.
+        ``steps + tree_stages + 4``.
     steps : int
         ``8 * dim // lanes``: bit planes times chunks.
     occupancy : int
@@ -185,7 +185,7 @@ class TasGroup(wiring.Component):
             "o": Out(stream.Signature(group_decision_layout(batch))),
             "refresh_en": In(1), "refresh_every": In(frame_bits),
             "max_chain_en": In(1), "max_chain": In(chain_bits),
-            "queue_level": Out(range(self._decide + 5)),
+            "queue_level": Out(range(self._decide + 3)),
         })
 
     @property
@@ -204,7 +204,7 @@ class TasGroup(wiring.Component):
 
     @property
     def latency(self) -> int:
-        return self._decide + 4
+        return self._decide + 2
 
     @property
     def _decide(self):
@@ -300,7 +300,7 @@ class TasGroup(wiring.Component):
 
         valid_d = delay(valid_in, 1, D, "valid")
         row_d = delay(row_in.row, 1, D, "row")
-        fnz_d = delay(~fz2, 2, D + 1, "fnz")
+        fnz_d = delay(~fz2, 2, D, "fnz")
         addr_pre = delay(addr2, 2, D - 2, "addr")
         row_pre = delay(row_in.row, 1, D - 2, "row_pre")
         valid_pre = delay(valid_in, 1, D - 2, "valid_pre")
@@ -309,7 +309,7 @@ class TasGroup(wiring.Component):
         # ---- engines ------------------------------------------------------------------------
         accs, diffs = [], []
         for b in range(B):
-            acc, diff = self._engine(m, platform, b, row_in, take_b[b], in_take[b],
+            acc, diff = self._engine(m, platform, b, row_in, in_take[b],
                                      (neg_thr_acc, thr_stage), use_prim, sb)
             accs.append(acc)
             diffs.append(diff)
@@ -330,7 +330,7 @@ class TasGroup(wiring.Component):
             # The engine's own copy of the address (stage D - 1), loaded only when its row passes
             # (a valid one: the stages also carry the fields of beats not taken),
             # so that each memory's address comes from a register beside it: read in stage D - 1
-            # (used only for its own rows) and written in stage D + 2, before its next row (at
+            # (used only for its own rows) and written in stage D + 1, before its next row (at
             # least 8 cycles later) can change it.
             addr_b = Signal.like(addr_pre, name=f"chain_addr_{b}", reset_less=True)
             with m.If(valid_pre & (row_pre == b)):
@@ -340,57 +340,42 @@ class TasGroup(wiring.Component):
             m.d.sync += data_r.eq(rd.data)                                        # stage D
             cnt_bank.append(data_r)
             write_ports.append(wr)
-        # ---- decision (stage D + 1) ---------------------------------------------------------
-        # Each engine decides for its own row from registers beside it: the sign of its
-        # ``tas - threshold`` (registered from its accumulator in stage D), its counter read (+1
-        # and the max-chain test, registered in stage D + 1) and the refresh phase; it writes its
-        # own counter with that decision a cycle later, from registers. The decision of row
-        # ``row_d`` is then a select of the engines' (no select on the write path).
+        # ---- decision (registered in stage D + 1) -------------------------------------------
+        # Each engine decides for its own row, beside it: the sign of ``tas - threshold`` (its
+        # accumulator and latched threshold, stage D), the max-chain test of its counter read
+        # (stage D) and the refresh phase make its replay bit, registered with its TAS and the
+        # counter + 1 in stage D + 1; in that stage it writes its own counter from those registers
+        # (no select on the write path). The decision of row ``row_o`` is then a select of the
+        # engines' registers, which the output register and the queue take.
         rf_d = Signal(reset_less=True)
-        m.d.sync += rf_d.eq(self.refresh_en & delay(ph0_4, 4, D, "ph0"))
+        m.d.sync += rf_d.eq(self.refresh_en & delay(ph0_4, 4, D - 1, "ph0"))     # stage D
         valid_rd = delay(valid_in, 1, D, "valid_rd")
-        replays = []
+        replays, tas_r = [], []
         for b in range(B):
+            stop = Signal(name=f"chain_stop_{b}")
+            m.d.comb += stop.eq(self.max_chain_en & (cnt_bank[b] >= self.max_chain))
             cnt_inc = Signal(self._chain_bits, name=f"chain_inc_{b}", reset_less=True)
-            stop = Signal(name=f"chain_stop_{b}", reset_less=True)
             wen = Signal(name=f"chain_wen_{b}")
+            replay_b = Signal(name=f"replay_{b}", reset_less=True)
+            t = Signal(signed(sb), name=f"tas_r_{b}", reset_less=True)
             m.d.sync += [cnt_inc.eq(cnt_bank[b] + 1),
-                         stop.eq(self.max_chain_en & (cnt_bank[b] >= self.max_chain)),
-                         wen.eq(self.max_chain_en & valid_rd & (row_rd == b))]
-            replay_b = Signal(name=f"replay_{b}")
-            m.d.comb += replay_b.eq(fnz_d & ~diffs[b][-1] & ~rf_d & ~stop)
+                         wen.eq(self.max_chain_en & valid_rd & (row_rd == b)),
+                         replay_b.eq(fnz_d & ~diffs[b][-1] & ~rf_d & ~stop),
+                         t.eq(accs[b])]
             replays.append(replay_b)
+            tas_r.append(t)
             wr = write_ports[b]
-            # The write, a stage later (D + 2), from registers only: the chain memory need not sit
-            # beside the engine's accumulator.
-            inc_r = Signal.like(cnt_inc, name=f"chain_inc_r_{b}", reset_less=True)
-            wen_r = Signal(name=f"chain_wen_r_{b}")
-            rep_w = Signal(name=f"chain_rep_{b}", reset_less=True)
-            m.d.sync += [inc_r.eq(cnt_inc), wen_r.eq(wen), rep_w.eq(replay_b)]
-            m.d.comb += [wr.addr.eq(addr_bs[b]), wr.data.eq(Mux(rep_w, inc_r, 0)), wr.en.eq(wen_r)]
-        # Stage D + 1: each engine's TAS registered beside it (its accumulator takes the next row
-        # in stage D + 1); stage D + 2: a second copy, free for the placer to put between its
-        # engine and the output, and the decision registered; then the select of row ``row_d``'s.
-        tas_r = [Signal(signed(sb), name=f"tas_r_{b}", reset_less=True) for b in range(B)]
-        for b in range(B):
-            m.d.sync += tas_r[b].eq(accs[b])
-        tas_t = [Signal(signed(sb), name=f"tas_t_{b}", reset_less=True) for b in range(B)]
-        replay_t = [Signal(name=f"replay_t_{b}", reset_less=True) for b in range(B)]
-        for b in range(B):
-            m.d.sync += [tas_t[b].eq(tas_r[b]), replay_t[b].eq(replays[b])]
-        row_o = delay(row_d, D, D + 2, "row_o")
-        valid_t, valid_o = Signal(name="valid_t"), Signal(name="valid_o")
-        m.d.sync += [valid_t.eq(valid_d), valid_o.eq(valid_t)]
-        tas = Signal(signed(sb))
-        replay = Signal()
-        m.d.comb += [tas.eq(Array(tas_t)[row_o]), replay.eq(Array(replay_t)[row_o])]
+            m.d.comb += [wr.addr.eq(addr_bs[b]), wr.data.eq(Mux(replay_b, cnt_inc, 0)), wr.en.eq(wen)]
+        row_o = delay(row_d, D, D + 1, "row_o")
+        valid_o = Signal(name="valid_o")
+        m.d.sync += valid_o.eq(valid_d)
 
-        # The selected decision, registered (stage D + 3): the queue, the output register and the
-        # credit count below take only registers, so they can sit together away from the engines.
+        # The row's decision (stage D + 1), selected from the engines' registers.
         dec_layout = data.StructLayout({"row": len(row_o), "tas": signed(sb), "replay": 1})
-        dec = Signal(dec_layout, reset_less=True)
+        dec = Signal(dec_layout)
         valid_q = Signal(name="valid_q")
-        m.d.sync += [dec.row.eq(row_o), dec.tas.eq(tas), dec.replay.eq(replay), valid_q.eq(valid_o)]
+        m.d.comb += [dec.row.eq(row_o), dec.tas.eq(Array(tas_r)[row_o]),
+                     dec.replay.eq(Array(replays)[row_o]), valid_q.eq(valid_o)]
 
         # ---- output register + queue, credits -------------------------------------------------
         m.submodules.queue = queue = fifo.SyncFIFO(width=len(dec.as_value()), depth=queue_depth)
@@ -422,7 +407,7 @@ class TasGroup(wiring.Component):
         return m
 
     # ------------------------------------------------------------------------------------------
-    def _engine(self, m, platform, b, row_in, take, in_take, thr, use_prim, sb):
+    def _engine(self, m, platform, b, row_in, in_take, thr, use_prim, sb):
         """Engine ``b``: its row's registers, one bit plane's partial products, the adder tree and
         the accumulator (Horner over the bit planes, most significant first)."""
         P, C, S = self._lanes, self._dim // self._lanes, self.steps
@@ -430,19 +415,13 @@ class TasGroup(wiring.Component):
         # steps need them (stages 2 to ``steps``); the cycle of the engine's take (stage 1) is
         # never one of those, its previous row being at least ``steps`` cycles older. So the
         # load enable is a register that does not wait on the input handshake: a copy per pair
-        # of lanes (:func:`hw.lib.ff_copies.ff_copies`), placed beside them, each of ``groups``
-        # groups of copies set from its own copy of the registered take and its own count.
+        # of lanes (:func:`hw.lib.ff_copies.ff_copies`), placed beside them, set from the
+        # registered take (one flip-flop, which the placer can put between the input and the
+        # engine) and a count of the row's steps.
         pairs = (P + 1) // 2
-        groups = min(4, pairs)
-        per = -(-pairs // groups)
-        took = ff_copies(m, platform, take, groups, f"e{b}_took")
-        loads = []
-        for g in range(groups):
-            left = Signal(range(S), name=f"e{b}_left_{g}")
-            m.d.sync += left.eq(Mux(took[g], S - 1, Mux(left == 0, 0, left - 1)))
-            n = min(per, pairs - g * per)
-            if n > 0:
-                loads += [~h for h in ff_copies(m, platform, took[g] | (left > 1), n, f"e{b}_hold_{g}")]
+        left = Signal(range(S), name=f"e{b}_left")
+        m.d.sync += left.eq(Mux(in_take, S - 1, Mux(left == 0, 0, left - 1)))
+        loads = [~h for h in ff_copies(m, platform, in_take | (left > 1), pairs, f"e{b}_hold")]
         # The row's registers, chunk c of ``lanes`` elements each; chunk 0 is the one a step reads.
         # They load in stage 1 (so chunk 0 holds the row's chunk 0 in stage 2), then rotate by a
         # chunk each cycle; the chunk that wraps around shifts its ``k`` by a bit, so chunk 0's
@@ -527,7 +506,9 @@ class TasGroup(wiring.Component):
         # row's first step.
         acc = Signal(signed(sb), name=f"e{b}_acc", reset_less=True)
         prev = Mux(first, 0, Mux(dbl, acc << 1, acc))
-        m.d.sync += acc.eq(prev + Mux(neg, -partial, partial))
+        # Add or subtract: two carry chains side by side and a select (or one chain whose ``B``
+        # is inverted), not a negation chain in series with the sum's.
+        m.d.sync += acc.eq(Mux(neg, prev - partial, prev + partial))
         neg_thr, thr_stage = thr
         latch = in_take
         for n in range(thr_stage - 1):
@@ -537,6 +518,6 @@ class TasGroup(wiring.Component):
         thr_b = Signal.like(neg_thr, name=f"e{b}_neg_thr", reset_less=True)
         with m.If(latch):
             m.d.sync += thr_b.eq(neg_thr)
-        diff = Signal(signed(sb + 2), name=f"e{b}_diff", reset_less=True)
-        m.d.sync += diff.eq(acc + thr_b)
+        diff = Signal(signed(sb + 2), name=f"e{b}_diff")
+        m.d.comb += diff.eq(acc + thr_b)
         return acc, diff

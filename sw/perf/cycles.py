@@ -43,7 +43,7 @@ class Latencies:
 
     def __init__(self, cfg: AccelConfig, *, tas: int | None = None):
         steps = 8 * (cfg.d_model // cfg.tas_lanes)
-        self.tas = tas if tas is not None else steps + _tas_tree_stages(cfg.tas_lanes) + 6
+        self.tas = tas if tas is not None else steps + _tas_tree_stages(cfg.tas_lanes) + 4
         self.weights = 6
         self.mv = 3 + max(0, (cfg.mv_in - 1).bit_length()) + 1
         self.requant = 5
