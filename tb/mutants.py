@@ -223,9 +223,9 @@ MUTANTS = [
     _m("tas-group-frame0-replays", "TAS: frame 0 may replay (the frame != 0 rule dropped)",
        "hw/accel/tas_group.py", "fz2.eq(row_in.frame == 0)", "fz2.eq(0)",
        "tests/test_tas_group.py"),
-    _m("tas-group-queue-drops", "TAS: a decision that finds the output register free but the queue not "
+    _m("tas-group-queue-drops", "TAS: a decision that finds the output ready but the queue not "
        "empty is dropped instead of queued", "hw/accel/tas_group.py",
-       "queue.w_en.eq(valid_q & ~(out_free & ~queue.r_rdy))", "queue.w_en.eq(valid_q & ~out_free)",
+       "queue.w_en.eq(valid_q & ~(self.o.ready & ~queue.r_rdy))", "queue.w_en.eq(valid_q & ~self.o.ready)",
        "tests/test_tas_group.py", f"{_F}[tas_group_order]"),
     _m("accel-y-no-hold", "accelerator pops the reorder buffer without y.ready",
        "hw/accel/accelerator.py", "rob.o.ready.eq(self.y.ready)", "rob.o.ready.eq(1)",

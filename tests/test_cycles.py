@@ -32,10 +32,12 @@ def test_latencies_are_the_blocks_own():
     from hw.accel.tas_group import TasGroup
     from hw.accel.weight_store import WeightStore
     from hw.lib.mult18 import Mult18
+    from hw.lib.skid import SkidBuffer
 
     lat = Latencies(CFG)
     tas = TasGroup(CFG.d_model, CFG.layers, CFG.tokens_per_frame, CFG.batch, lanes=CFG.tas_lanes)
-    assert lat.tas == tas.latency
+    # The accelerator's tas_out register slice follows the TAS group.
+    assert lat.tas == tas.latency + SkidBuffer(1, mode="full").latency
     assert lat.weights == WeightStore.latency
     assert lat.mv == MvUnit(CFG.mv_in, CFG.mv_out, mv_acc_bits(CFG)).latency
     assert lat.requant == RequantLane.latency

@@ -273,16 +273,16 @@ def test_frame_jumps_follow_the_refresh_phase():
 
 
 # ---------------------------------------------------------------- timing of the stream
-@pytest.mark.parametrize("adds, latency", [(1, 19), (2, 15)])
+@pytest.mark.parametrize("adds, latency", [(1, 18), (2, 14)])
 def test_latency_back_to_back_groups(adds, latency):
-    """Rows back to back: every decision comes ``latency`` cycles after its beat (19 by default,
-    15 with two adder levels per stage), in arrival order; a group's last row is decided
+    """Rows back to back: every decision comes ``latency`` cycles after its beat (18 by default,
+    14 with two adder levels per stage), in arrival order; a group's last row is decided
     ``latency + 3`` cycles after its first row's beat; an engine takes its next row ``occupancy``
     cycles after the last."""
     rng = np.random.default_rng(3)
     rows = decode_order(rng, frames=2, layers=2, positions=2, batch=CFG.batch)
     dut, takes, outs = run_group(rows, layers=2, n=2, adds=adds)
-    assert dut.latency == dut.steps + dut.tree_stages + 4 == latency
+    assert dut.latency == dut.steps + dut.tree_stages + 3 == latency
     check(rows, outs, reference(rows))
     assert [c - t for (c, *_), t in zip(outs, takes, strict=True)] == [dut.latency] * len(rows)
     assert takes[:8] == [0, 1, 2, 3, 8, 9, 10, 11]               # engine 0 busy for 8 cycles

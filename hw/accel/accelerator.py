@@ -242,9 +242,10 @@ class Accelerator(wiring.Component):
                 m.d.sync += [grp_layer.eq(r.layer), grp_index.eq(r.index)]
 
         # --- decisions: replayed rows to the cache, computed rows to the MLP -------------------
-        # Through a register slice on the ready path (latency 0): the TAS group's o.ready is a
-        # flop, so the dispatcher's and the cache's handshakes do not chain into the TAS.
-        m.submodules.tas_out = tas_out = SkidBuffer(group_decision_layout(B), mode="backward")
+        # Through a register slice (latency 1; the TAS group's output is not registered): the
+        # TAS group's o.ready is a flop, so the dispatcher's and the cache's handshakes do not
+        # chain into the TAS, and the decision they read comes from a register beside them.
+        m.submodules.tas_out = tas_out = SkidBuffer(group_decision_layout(B), mode="full")
         wiring.connect(m, tas.o, tas_out.i)
         dec = tas_out.o.p
         wb = mlp.o.valid

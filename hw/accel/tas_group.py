@@ -103,12 +103,14 @@ class TasGroup(wiring.Component):
     (at least 8) cycles after the previous one, so a read never misses the previous write of its
     own row.
 
-    **Output.** The output register and the queue take the row's TAS and replay bit, selected
-    from the engines' registers (a cycle after the last step). Decisions leave in the order the
-    rows arrived (all engines have the same latency) through an output register and a queue. The
-    input takes a row only while the queue has room for every row in flight (a credit count), so
-    the pipeline never stalls and ``o.ready`` drives only the output register, the queue and the
-    count.
+    **Output.** The row's TAS and replay bit, selected from the engines' registers (a cycle after
+    the last step), go out in that cycle if the queue is empty and ``o.ready`` is high, into the
+    queue otherwise; ``o`` shows the queue's head while it holds one. Decisions leave in the order
+    the rows arrived (all engines have the same latency). The input takes a row only while the
+    queue has room for every row in flight (a credit count), so the pipeline never stalls and
+    ``o.ready`` drives only the queue and the count. ``o`` is not registered here: the
+    accelerator puts a register slice after it (``SkidBuffer``, ``"full"``), which the placer can
+    put beside the consumer.
 
     Parameters
     ----------
@@ -134,7 +136,8 @@ class TasGroup(wiring.Component):
         One row per beat. ``i.ready`` is high while the engine of ``i.payload.row`` is free and the
         output has room (it depends on ``i.payload.row``).
     o : Out(stream.Signature(group_decision_layout(batch)))
-        The decisions in arrival order; ``o.valid`` and ``o.payload`` come from registers.
+        The decisions in arrival order; ``o.valid`` and ``o.payload`` come from the queue or the
+        engines' registers through a select.
     refresh_en, refresh_every, max_chain_en, max_chain : In
         Drift-guard configuration (static while rows flow).
     queue_level : Out(range(latency + 1))
@@ -145,7 +148,7 @@ class TasGroup(wiring.Component):
     latency : int
         Cycles from a row's beat on ``i`` (the cycle with ``valid`` and ``ready`` high) to the
         cycle its decision is on ``o`` (with ``o.ready`` high and nothing queued):
-        ``steps + tree_stages + 4``.
+        ``steps + tree_stages + 3``.
     steps : int
         ``8 * dim // lanes``: bit planes times chunks.
     occupancy : int
@@ -185,7 +188,7 @@ class TasGroup(wiring.Component):
             "o": Out(stream.Signature(group_decision_layout(batch))),
             "refresh_en": In(1), "refresh_every": In(frame_bits),
             "max_chain_en": In(1), "max_chain": In(chain_bits),
-            "queue_level": Out(range(self._decide + 3)),
+            "queue_level": Out(range(self._decide + 2)),
         })
 
     @property
@@ -204,7 +207,7 @@ class TasGroup(wiring.Component):
 
     @property
     def latency(self) -> int:
-        return self._decide + 2
+        return self._decide + 1
 
     @property
     def _decide(self):
@@ -346,7 +349,7 @@ class TasGroup(wiring.Component):
         # (stage D) and the refresh phase make its replay bit, registered with its TAS and the
         # counter + 1 in stage D + 1; in that stage it writes its own counter from those registers
         # (no select on the write path). The decision of row ``row_o`` is then a select of the
-        # engines' registers, which the output register and the queue take.
+        # engines' registers, which the output and the queue take.
         rf_d = Signal(reset_less=True)
         m.d.sync += rf_d.eq(self.refresh_en & delay(ph0_4, 4, D - 1, "ph0"))     # stage D
         valid_rd = delay(valid_in, 1, D, "valid_rd")
@@ -377,31 +380,29 @@ class TasGroup(wiring.Component):
         m.d.comb += [dec.row.eq(row_o), dec.tas.eq(Array(tas_r)[row_o]),
                      dec.replay.eq(Array(replays)[row_o]), valid_q.eq(valid_o)]
 
-        # ---- output register + queue, credits -------------------------------------------------
+        # ---- output: the queue, passed by while it is empty; credits ---------------------------
+        # The row's decision goes out in its own cycle when the queue is empty and ``o.ready`` is
+        # high, into the queue otherwise; ``o`` shows the queue's head while it holds one. The
+        # accelerator registers ``o`` in a register slice (hw.lib.skid.SkidBuffer, "full"), so
+        # ``o.ready`` is a flop and ``o`` drives only that slice's registers.
         m.submodules.queue = queue = fifo.SyncFIFO(width=len(dec.as_value()), depth=queue_depth)
         m.d.comb += self.queue_level.eq(queue.level)
-        out = Signal.like(dec, reset_less=True)
-        out_valid = Signal()
-        out_free = ~out_valid | self.o.ready
-        with m.If(out_free):
-            with m.If(queue.r_rdy):
-                m.d.comb += queue.r_en.eq(1)
-                m.d.sync += [out.eq(queue.r_data), out_valid.eq(1)]
-            with m.Elif(valid_q):
-                m.d.sync += [out.eq(dec), out_valid.eq(1)]
-            with m.Else():
-                m.d.sync += out_valid.eq(0)
-        m.d.comb += [queue.w_data.eq(dec), queue.w_en.eq(valid_q & ~(out_free & ~queue.r_rdy))]
-        m.d.comb += [self.o.valid.eq(out_valid), self.o.p.row.eq(out.row), self.o.p.tas.eq(out.tas),
-                     self.o.p.replay.eq(out.replay)]
+        head = Signal.like(dec)
+        m.d.comb += head.eq(queue.r_data)
+        m.d.comb += [queue.w_data.eq(dec), queue.w_en.eq(valid_q & ~(self.o.ready & ~queue.r_rdy)),
+                     queue.r_en.eq(self.o.ready & queue.r_rdy)]
+        m.d.comb += [self.o.valid.eq(queue.r_rdy | valid_q),
+                     self.o.p.row.eq(Mux(queue.r_rdy, head.row, dec.row)),
+                     self.o.p.tas.eq(Mux(queue.r_rdy, head.tas, dec.tas)),
+                     self.o.p.replay.eq(Mux(queue.r_rdy, head.replay, dec.replay))]
 
         # The room is ``count + take - gone < cap``, written as a choice between comparisons of the
         # count register alone, so that the handshakes only select.
-        cap = queue_depth + 1
+        cap = queue_depth
         count = Signal(range(cap + 1))
         gone = Signal()
         lt_cap, lt_cap1 = Signal(), Signal()
-        m.d.comb += [gone.eq(out_valid & self.o.ready), lt_cap.eq(count < cap), lt_cap1.eq(count < cap - 1)]
+        m.d.comb += [gone.eq(self.o.valid & self.o.ready), lt_cap.eq(count < cap), lt_cap1.eq(count < cap - 1)]
         m.d.sync += [count.eq(count + take - gone),
                      room.eq(Mux(take, Mux(gone, lt_cap, lt_cap1), gone | lt_cap))]
         return m

@@ -83,6 +83,11 @@ class SkidBuffer(wiring.Component):
     def mode(self):
         return self._mode
 
+    @property
+    def latency(self) -> int:
+        """Cycles from a beat taken on ``i`` to the same beat on ``o``: 0 in ``backward``, else 1."""
+        return 0 if self._mode == "backward" else 1
+
     def elaborate(self, platform):
         m = Module()
         i, o = self.i, self.o

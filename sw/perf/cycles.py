@@ -28,7 +28,8 @@ class Latencies:
     Attributes
     ----------
     tas : int
-        :attr:`hw.accel.tas_group.TasGroup.latency`: a row's beat to its decision.
+        :attr:`hw.accel.tas_group.TasGroup.latency`, a row's beat to its decision, plus the
+        accelerator's register slice after it (``tas_out``, 1).
     weights : int
         :attr:`hw.accel.weight_store.WeightStore.latency`.
     mv : int
@@ -43,7 +44,7 @@ class Latencies:
 
     def __init__(self, cfg: AccelConfig, *, tas: int | None = None):
         steps = 8 * (cfg.d_model // cfg.tas_lanes)
-        self.tas = tas if tas is not None else steps + _tas_tree_stages(cfg.tas_lanes) + 4
+        self.tas = tas if tas is not None else steps + _tas_tree_stages(cfg.tas_lanes) + 3 + 1
         self.weights = 6
         self.mv = 3 + max(0, (cfg.mv_in - 1).bit_length()) + 1
         self.requant = 5
