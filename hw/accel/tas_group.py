@@ -98,10 +98,10 @@ class TasGroup(wiring.Component):
     the TAS range, which changes no comparison) taken from the accumulator in that cycle.
 
     **Chain counters.** Engine ``b`` owns the counters of row ``b``: a memory of
-    ``layers * tokens_per_frame`` words (distributed RAM, read into a register), read two cycles
-    before the decision is registered and written from the decision's registers. An engine takes a new row ``steps``
-    (at least 8) cycles after the previous one, so a read never misses the previous write of its
-    own row.
+    ``layers * tokens_per_frame`` words (distributed RAM, read into a register), read three
+    cycles before the decision is registered (the max-chain test registered between) and written
+    from the decision's registers. An engine takes a new row ``steps`` (at least 8) cycles after
+    the previous one, so a read never misses the previous write of its own row.
 
     **Output.** The row's TAS and replay bit, selected from the engines' registers (a cycle after
     the last step), go out in that cycle if the queue is empty and ``o.ready`` is high, into the
@@ -304,15 +304,15 @@ class TasGroup(wiring.Component):
         valid_d = delay(valid_in, 1, D, "valid")
         row_d = delay(row_in.row, 1, D, "row")
         fnz_d = delay(~fz2, 2, D, "fnz")
-        addr_pre = delay(addr2, 2, D - 2, "addr")
-        row_pre = delay(row_in.row, 1, D - 2, "row_pre")
-        valid_pre = delay(valid_in, 1, D - 2, "valid_pre")
+        addr_pre = delay(addr2, 2, D - 3, "addr")
+        row_pre = delay(row_in.row, 1, D - 3, "row_pre")
+        valid_pre = delay(valid_in, 1, D - 3, "valid_pre")
         row_rd = delay(row_in.row, 1, D, "row_rd")
 
         # ---- engines ------------------------------------------------------------------------
         accs, diffs = [], []
         for b in range(B):
-            acc, diff = self._engine(m, platform, b, row_in, in_take[b],
+            acc, diff = self._engine(m, platform, b, row_in, in_take[b], free[b],
                                      (neg_thr_acc, thr_stage), use_prim, sb)
             accs.append(acc)
             diffs.append(diff)
@@ -330,9 +330,9 @@ class TasGroup(wiring.Component):
             rd = mem.read_port(domain="comb")
             wr = mem.write_port()
             data_r = Signal(self._chain_bits, name=f"chain_rd_{b}", reset_less=True)
-            # The engine's own copy of the address (stage D - 1), loaded only when its row passes
+            # The engine's own copy of the address (stage D - 2), loaded only when its row passes
             # (a valid one: the stages also carry the fields of beats not taken),
-            # so that each memory's address comes from a register beside it: read in stage D - 1
+            # so that each memory's address comes from a register beside it: read in stage D - 2
             # (used only for its own rows) and written in stage D + 1, before its next row (at
             # least 8 cycles later) can change it.
             addr_b = Signal.like(addr_pre, name=f"chain_addr_{b}", reset_less=True)
@@ -340,13 +340,13 @@ class TasGroup(wiring.Component):
                 m.d.sync += addr_b.eq(addr_pre)
             m.d.comb += rd.addr.eq(addr_b)
             addr_bs.append(addr_b)
-            m.d.sync += data_r.eq(rd.data)                                        # stage D
+            m.d.sync += data_r.eq(rd.data)                                        # stage D - 1
             cnt_bank.append(data_r)
             write_ports.append(wr)
         # ---- decision (registered in stage D + 1) -------------------------------------------
         # Each engine decides for its own row, beside it: the sign of ``tas - threshold`` (its
-        # accumulator and latched threshold, stage D), the max-chain test of its counter read
-        # (stage D) and the refresh phase make its replay bit, registered with its TAS and the
+        # accumulator and latched threshold, stage D), the max-chain test of its counter
+        # (registered in stage D) and the refresh phase make its replay bit, registered with its TAS and the
         # counter + 1 in stage D + 1; in that stage it writes its own counter from those registers
         # (no select on the write path). The decision of row ``row_o`` is then a select of the
         # engines' registers, which the output and the queue take.
@@ -355,8 +355,8 @@ class TasGroup(wiring.Component):
         valid_rd = delay(valid_in, 1, D, "valid_rd")
         replays, tas_r = [], []
         for b in range(B):
-            stop = Signal(name=f"chain_stop_{b}")
-            m.d.comb += stop.eq(self.max_chain_en & (cnt_bank[b] >= self.max_chain))
+            stop = Signal(name=f"chain_stop_{b}", reset_less=True)                     # stage D
+            m.d.sync += stop.eq(self.max_chain_en & (cnt_bank[b] >= self.max_chain))
             cnt_inc = Signal(self._chain_bits, name=f"chain_inc_{b}", reset_less=True)
             wen = Signal(name=f"chain_wen_{b}")
             replay_b = Signal(name=f"replay_{b}", reset_less=True)
@@ -397,32 +397,33 @@ class TasGroup(wiring.Component):
                      self.o.p.replay.eq(Mux(queue.r_rdy, head.replay, dec.replay))]
 
         # The room is ``count + take - gone < cap``, written as a choice between comparisons of the
-        # count register alone, so that the handshakes only select.
+        # count register alone, so that the handshakes only select. A decision that leaves is
+        # counted a cycle later (``gone`` registered: the output's valid is a select of the
+        # queue's state), so the count is at most one above the rows held: never too low.
         cap = queue_depth
         count = Signal(range(cap + 1))
         gone = Signal()
         lt_cap, lt_cap1 = Signal(), Signal()
-        m.d.comb += [gone.eq(self.o.valid & self.o.ready), lt_cap.eq(count < cap), lt_cap1.eq(count < cap - 1)]
+        m.d.sync += gone.eq(self.o.valid & self.o.ready)
+        m.d.comb += [lt_cap.eq(count < cap), lt_cap1.eq(count < cap - 1)]
         m.d.sync += [count.eq(count + take - gone),
                      room.eq(Mux(take, Mux(gone, lt_cap, lt_cap1), gone | lt_cap))]
         return m
 
     # ------------------------------------------------------------------------------------------
-    def _engine(self, m, platform, b, row_in, in_take, thr, use_prim, sb):
+    def _engine(self, m, platform, b, row_in, in_take, free_b, thr, use_prim, sb):
         """Engine ``b``: its row's registers, one bit plane's partial products, the adder tree and
         the accumulator (Horner over the bit planes, most significant first)."""
         P, C, S = self._lanes, self._dim // self._lanes, self.steps
         # The registers load ``row_in`` in every cycle but those in which they hold a row whose
         # steps need them (stages 2 to ``steps``); the cycle of the engine's take (stage 1) is
-        # never one of those, its previous row being at least ``steps`` cycles older. So the
-        # load enable is a register that does not wait on the input handshake: a copy per pair
-        # of lanes (:func:`hw.lib.ff_copies.ff_copies`), placed beside them, set from the
-        # registered take (one flip-flop, which the placer can put between the input and the
-        # engine) and a count of the row's steps.
+        # never one of those, its previous row being at least ``steps`` cycles older. Those are
+        # exactly the cycles after the ones in which the input's ``free`` flag of the engine is
+        # low (stages 1 to ``steps - 1``), so the load enable is ``free`` registered: a copy per
+        # pair of lanes (:func:`hw.lib.ff_copies.ff_copies`), each placed beside its lanes, fed
+        # straight from the one flip-flop (no logic between them).
         pairs = (P + 1) // 2
-        left = Signal(range(S), name=f"e{b}_left")
-        m.d.sync += left.eq(Mux(in_take, S - 1, Mux(left == 0, 0, left - 1)))
-        loads = [~h for h in ff_copies(m, platform, in_take | (left > 1), pairs, f"e{b}_hold")]
+        loads = ff_copies(m, platform, free_b, pairs, f"e{b}_load", init=1)
         # The row's registers, chunk c of ``lanes`` elements each; chunk 0 is the one a step reads.
         # They load in stage 1 (so chunk 0 holds the row's chunk 0 in stage 2), then rotate by a
         # chunk each cycle; the chunk that wraps around shifts its ``k`` by a bit, so chunk 0's
