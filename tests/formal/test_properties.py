@@ -46,7 +46,7 @@ TWINS = [
     ("weight_store_memory", "weight-store-write-bank", "returns the block last written"),
     ("weight_store_memory", "weight-store-read-bank", "port B returns the block last written"),
     ("tas_group_order", "tas-group-tas-of-row-0", "the n-th decision carries the n-th row's TAS"),
-    ("tas_group_order", "tas-group-queue-drops", "the n-th decision"),
+    ("tas_group_order", "tas-group-queue-drops", "a row's decision is given in time"),
     ("mv_unit_width", "mv-unit-tree-narrow", "adder-tree level 0 never wraps"),
     ("handshake_accelerator", "accel-y-no-hold", "valid and payload held until ready"),
 ]
