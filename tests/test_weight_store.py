@@ -23,8 +23,8 @@ from sw.config import DEFAULT_ACCEL, AccelConfig
 from tests.fragments import Ecp5Stub, instances
 
 #: One bank (24 blocks) with a 2 x 4 block; two banks, the second partial (1,152 blocks); the default.
-SMALL = AccelConfig(d_model=16, d_ff=32, layers=1, chunks=2, mv_in=4, mv_out=2)
-TWO_BANKS = AccelConfig(d_model=64, d_ff=384, layers=1, chunks=8)
+SMALL = AccelConfig(d_model=16, d_ff=32, layers=1, chunks=2, mv_in=4, mv_out=2, tas_lanes=4)
+TWO_BANKS = AccelConfig(d_model=64, d_ff=384, layers=1, chunks=8, tas_lanes=16)
 
 
 def random_block(rng, cfg):
