@@ -257,6 +257,8 @@ MUTANTS = [
     _m("rope-ties-up", "RoPE rounds ties up, not to even",
        "hw/step/rope.py", "up = (r > (1 << (F - 1))) | ((r == (1 << (F - 1))) & q[0])",
        "up = r >= (1 << (F - 1))", "tests/test_rope.py"),
+    _m("residual-wraps", "residual: the sum wraps at 32 bits instead of saturating",
+       "hw/step/residual.py", "with m.If(total > hi):", "with m.If(0):", "tests/test_residual.py"),
 ]
 
 

@@ -177,6 +177,11 @@ def _softmax_av(cfg):
     return SoftmaxAv(_step_dims()[1], 1024)
 
 
+def _residual(cfg):
+    from hw.step.residual import Residual
+    return Residual()
+
+
 #: The whole decode step's blocks (``hw/step``, ``docs/decoder.md``): built when named
 #: (``python -m hw.flow.timing sampler``), not in the default run, which is the accelerator's.
 STEP_BLOCKS = {
@@ -184,6 +189,7 @@ STEP_BLOCKS = {
     "rmsnorm": ("step: RMSNorm of a 96-element row, the integer reciprocal square root", _rmsnorm),
     "rope": ("step: RoPE of a 24-element head a cycle", _rope),
     "softmax_av": ("step: one head's softmax, p.v and o / E, up to 1,024 positions", _softmax_av),
+    "residual": ("step: the residual add, an int32 accumulator requantised into 32 bits a cycle", _residual),
 }
 
 

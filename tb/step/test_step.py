@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from hw.lib.axis_adapter import AxisAdapter
+from hw.step.residual import Residual
 from hw.step.rmsnorm import RmsNorm
 from hw.step.rope import Rope
 from hw.step.sampler import Sampler
@@ -140,3 +141,26 @@ def test_rope_on_icarus(small_trace):
 def test_a_planted_wrong_rotation_is_named(step_trace):
     with pytest.raises(CocotbFailure, match="step 2, layer 1, block rope .k., row 0, head 1, element 4"):
         run_rope(step_trace, "verilator", "plant", FASTCAR_PLANT="k:2:1:0:1:4")
+
+
+def run_residual(trace, sim, tag, **env):
+    run_block("residual", "cocotb_residual", (), Residual, trace, sim, tag, env)
+
+
+@pytest.mark.parametrize("stall", [0.0, 0.3])
+def test_residual_adds_as_the_trace(step_trace, stall):
+    """Both residual adds of every step, layer and row of the trace, on Verilator."""
+    run_residual(step_trace, "verilator", f"stall{stall}", FASTCAR_STALL=str(stall), FASTCAR_SEED="11")
+
+
+@pytest.mark.skipif("icarus" not in available_simulators(), reason="Icarus Verilog is not installed")
+def test_residual_on_icarus(small_trace):
+    run_residual(small_trace, "icarus", "icarus", FASTCAR_STALL="0.2", FASTCAR_SEED="12")
+
+
+@pytest.mark.parametrize("plant, named", [("r_mid:1:0:1:9", "step 1, layer 0, block residual (attention), row 1"),
+                                           ("r_out:0:1:0:3", "step 0, layer 1, block residual (mlp), row 0")])
+def test_a_planted_wrong_residual_is_named(step_trace, plant, named):
+    with pytest.raises(CocotbFailure, match=named.replace("(", ".").replace(")", ".")) as e:
+        run_residual(step_trace, "verilator", f"plant-{plant.split(':')[0]}", FASTCAR_PLANT=plant)
+    assert "element " + plant.split(":")[-1] in str(e.value)
