@@ -259,6 +259,9 @@ MUTANTS = [
        "up = r >= (1 << (F - 1))", "tests/test_rope.py"),
     _m("residual-wraps", "residual: the sum wraps at 32 bits instead of saturating",
        "hw/step/residual.py", "with m.If(total > hi):", "with m.If(0):", "tests/test_residual.py"),
+    _m("qk-score-v-early", "scores: v travels a stage short of the dot product, so each score leaves with "
+       "the next position's v", "hw/step/qk_score.py", "for stage in range(mac.latency):",
+       "for stage in range(mac.latency - 1):", "tests/test_qk_score.py"),
 ]
 
 

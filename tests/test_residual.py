@@ -22,7 +22,8 @@ def elements(seed, n, acc_bits):
     # ties of the rounding: acc * mult = odd * 2**(shift - 1)
     acc[:8], mult[:8], shift[:8] = np.arange(-7, 9, 2), 1, 1
     # saturation both ways: the sum leaves the 32-bit range
-    r[8:10], acc[8:10], mult[8:10], shift[8:10] = [HI - 5, LO + 5], [amax - 1, -amax], (1 << quant.MULT_BITS) - 1, 0
+    r[8:10], acc[8:10] = [HI - 5, LO + 5], [amax - 1, -amax]
+    mult[8:10], shift[8:10] = (1 << quant.MULT_BITS) - 1, 0
     r[10:12] = [HI, LO]
     return r, acc, mult, shift
 

@@ -8,7 +8,7 @@ from amaranth.utils import ceil_log2
 
 from hw.lib.mult18 import Mult18
 
-__all__ = ["MvUnit", "tree_levels", "tree_width"]
+__all__ = ["MvUnit", "mv_latency", "tree_levels", "tree_width"]
 
 #: Operand width of the activations and weights (int8).
 OPERAND_BITS = 8
@@ -19,6 +19,12 @@ PRODUCT_REGISTERS = 1
 def tree_levels(n_in: int) -> int:
     """Registered levels of the binary adder tree that sums ``n_in`` products."""
     return ceil_log2(n_in)
+
+
+def mv_latency(n_in: int) -> int:
+    """:attr:`MvUnit.latency` of a unit of ``n_in`` activations: the DSP's two registers, the
+    product register, the tree's levels and the accumulator."""
+    return Mult18.latency + PRODUCT_REGISTERS + tree_levels(n_in) + 1
 
 
 def tree_width(n_in: int) -> int:
@@ -119,7 +125,7 @@ class MvUnit(wiring.Component):
 
     @property
     def latency(self) -> int:
-        return Mult18.latency + PRODUCT_REGISTERS + tree_levels(self._n_in) + 1
+        return mv_latency(self._n_in)
 
     def elaborate(self, platform):
         m = Module()

@@ -182,6 +182,16 @@ def _residual(cfg):
     return Residual()
 
 
+def _qk_score(cfg):
+    from hw.step.qk_score import QkScore
+    return QkScore(_step_dims()[1])
+
+
+def _attention_head(cfg):
+    from hw.step.attention_head import AttentionHead
+    return AttentionHead(_step_dims()[1], 1024)
+
+
 #: The whole decode step's blocks (``hw/step``, ``docs/decoder.md``): built when named
 #: (``python -m hw.flow.timing sampler``), not in the default run, which is the accelerator's.
 STEP_BLOCKS = {
@@ -189,6 +199,8 @@ STEP_BLOCKS = {
     "rmsnorm": ("step: RMSNorm of a 96-element row, the integer reciprocal square root", _rmsnorm),
     "rope": ("step: RoPE of a 24-element head a cycle", _rope),
     "softmax_av": ("step: one head's softmax, p.v and o / E, up to 1,024 positions", _softmax_av),
+    "qk_score": ("step: a head's score q . k a position a cycle, on the MLP's MAC unit", _qk_score),
+    "attention_head": ("step: one head's scores into its softmax, up to 1,024 positions", _attention_head),
     "residual": ("step: the residual add, an int32 accumulator requantised into 32 bits a cycle", _residual),
 }
 

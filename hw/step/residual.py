@@ -84,7 +84,8 @@ class Residual(wiring.Component):
         m.d.comb += [tag.r.eq(self.i.p.data.r), tag.last.eq(self.i.p.last)]
         # A product narrower than the residual never saturates it: the lane's result as wide as the product.
         lane_bits = min(R_BITS, self._acc_bits + quant.MULT_BITS + 1)
-        m.submodules.lane = lane = RequantLane(self._acc_bits, tag_bits=len(tag.as_value()), out_bits=lane_bits)
+        m.submodules.lane = lane = RequantLane(self._acc_bits, tag_bits=len(tag.as_value()),
+                                               out_bits=lane_bits)
         m.d.comb += [lane.i.valid.eq(take), lane.i.p.acc.eq(self.i.p.data.acc),
                      lane.i.p.mult.eq(self.i.p.data.mult), lane.i.p.shift.eq(self.i.p.data.shift),
                      lane.i.p.tag.eq(tag)]
@@ -108,6 +109,7 @@ class Residual(wiring.Component):
         # ---- the queue --------------------------------------------------------------------------------
         m.submodules.queue = queue = fifo.SyncFIFOBuffered(width=len(out.as_value()), depth=depth)
         m.d.comb += [queue.w_en.eq(valid6), queue.w_data.eq(out),
-                     self.o.valid.eq(queue.r_rdy), self.o.payload.eq(queue.r_data), queue.r_en.eq(self.o.ready),
+                     self.o.valid.eq(queue.r_rdy), self.o.payload.eq(queue.r_data),
+                     queue.r_en.eq(self.o.ready),
                      gone.eq(self.o.valid & self.o.ready)]
         return m

@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 
 from hw.lib.axis_adapter import AxisAdapter
+from hw.step.attention_head import AttentionHead
+from hw.step.qk_score import QkScore
 from hw.step.residual import Residual
 from hw.step.rmsnorm import RmsNorm
 from hw.step.rope import Rope
@@ -158,9 +160,41 @@ def test_residual_on_icarus(small_trace):
     run_residual(small_trace, "icarus", "icarus", FASTCAR_STALL="0.2", FASTCAR_SEED="12")
 
 
-@pytest.mark.parametrize("plant, named", [("r_mid:1:0:1:9", "step 1, layer 0, block residual (attention), row 1"),
-                                           ("r_out:0:1:0:3", "step 0, layer 1, block residual (mlp), row 0")])
+@pytest.mark.parametrize("plant, named", [
+    ("r_mid:1:0:1:9", "step 1, layer 0, block residual (attention), row 1"),
+    ("r_out:0:1:0:3", "step 0, layer 1, block residual (mlp), row 0")])
 def test_a_planted_wrong_residual_is_named(step_trace, plant, named):
     with pytest.raises(CocotbFailure, match=named.replace("(", ".").replace(")", ".")) as e:
         run_residual(step_trace, "verilator", f"plant-{plant.split(':')[0]}", FASTCAR_PLANT=plant)
     assert "element " + plant.split(":")[-1] in str(e.value)
+
+
+def run_attention(block, trace, sim, tag, **env):
+    make, params = {"qk_score": (QkScore, dims(trace, "head_dim")),
+                    "attention_head": (AttentionHead, dims(trace, "head_dim", "positions"))}[block]
+    run_block(block, "cocotb_attention", params, make, trace, sim, tag, {"FASTCAR_BLOCK": block, **env})
+
+
+@pytest.mark.parametrize("block", ["qk_score", "attention_head"])
+@pytest.mark.parametrize("stall", [0.0, 0.3])
+def test_attention_from_q_k_v(request, step_trace, block, stall):
+    """Every head's scores, and every head's attention output from q, k and v alone (the shipped trace:
+    every 16th step), on Verilator."""
+    steps = "stride:16" if request.config.getoption("--step-trace", default=None) else "all"
+    run_attention(block, step_trace, "verilator", f"stall{stall}", FASTCAR_STALL=str(stall),
+                  FASTCAR_SEED="13", FASTCAR_STEPS=steps)
+
+
+@pytest.mark.skipif("icarus" not in available_simulators(), reason="Icarus Verilog is not installed")
+def test_attention_head_on_icarus(small_trace):
+    run_attention("attention_head", small_trace, "icarus", "icarus", FASTCAR_STALL="0.2", FASTCAR_SEED="14",
+                  FASTCAR_STEPS="stride:4")
+
+
+@pytest.mark.parametrize("block, plant, named", [
+    ("qk_score", "0:1:0:1:0", "step 0, layer 1, block qk_score, row 0, head 1, position 0"),
+    ("attention_head", "0:0:1:30", "step 0, layer 0, block attention_head, row 1, head 1, element 30")])
+def test_a_planted_wrong_score_or_attention_is_named(step_trace, block, plant, named):
+    with pytest.raises(CocotbFailure, match=named) as e:
+        run_attention(block, step_trace, "verilator", "plant", FASTCAR_PLANT=plant, FASTCAR_STEPS="stride:64")
+    assert "RTL" in str(e.value)

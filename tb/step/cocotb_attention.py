@@ -1,0 +1,102 @@
+"""cocotb tests of a head's scores (``hw.step.qk_score.QkScore``) and of a whole head's attention
+(``hw.step.attention_head.AttentionHead``: the scores into the softmax), each behind its AXI-Stream
+adapter, against a full-step trace. For each selected step, layer, row and head, the beats carry the
+trace's ``q`` of the head and the ``k`` and ``v`` of each position the golden model attended (its own
+mask: causal, or sinks + window); ``qk_score`` must give ``q . k_j`` with ``v_j`` for each, and
+``attention_head`` the head's slice of the trace's ``attn``.
+
+Environment as ``cocotb_softmax`` (``FASTCAR_STEPS``), and ``FASTCAR_PLANT`` = ``S:L:B:H:J`` for
+``qk_score`` (the score of the J-th attended position changed) or ``S:L:B:E`` for ``attention_head``
+(one element of ``attn``). Bus models: cocotbext-axi ``AxiStreamSource`` on ``s_axis_i`` (one frame
+per head), ``AxiStreamSink`` on ``m_axis_o``; the scoreboard counts heads in against heads out.
+"""
+
+import os
+
+import cocotb
+import numpy as np
+import torch
+from cocotb.triggers import RisingEdge
+from cocotbext.axi import AxiStreamFrame
+
+from hw.step.qk_score import qk_in_layout
+from hw.step.softmax_av import softmax_in_layout, softmax_out_layout
+from sw.model.fastcar import SparseConfig, attention_mask
+from sw.trace.full_step import load_full_step
+from tb.step.bench import Bench, fields, pack, plant_index, unpack
+from tb.step.cocotb_softmax import selected_steps
+
+
+async def run(dut, block):
+    tr = load_full_step(os.environ["FASTCAR_TRACE"], verify=False)
+    m, t = tr.manifest, tr.t
+    S, L, B, H, dh = (m["dims"][k] for k in ("steps", "layers", "batch", "n_heads", "head_dim"))
+    sp = m["decode"]["sparse"]
+    sparse = SparseConfig(**sp) if sp else None
+    plant = os.environ.get("FASTCAR_PLANT", "")
+    steps = selected_steps(S, os.environ.get("FASTCAR_STEPS", "all"))
+    attn = t["attn"].astype(np.int64).copy()
+    if plant and block == "attention_head":
+        idx = plant_index(plant)
+        attn[idx] = attn[idx] + 1 if attn[idx] < 127 else attn[idx] - 1
+
+    bench = Bench(dut)
+    src, sink = bench.src, bench.sink
+    await bench.reset()
+
+    f_in = fields(qk_in_layout(dh))
+    f_out = fields(softmax_in_layout(dh) if block == "qk_score" else softmax_out_layout())
+    q, k, v = (t[n].astype(np.int64) for n in ("q", "k", "v"))
+    heads = 0
+    for li in range(L):                   # the layer's constants are static while its heads flow
+        if block == "attention_head":
+            dut.a_exp.value = int(t["a_exp"][li])
+            dut.a_mult.value = int(t["a_mult"][li])
+            dut.a_shift.value = int(t["a_shift"][li])
+        order = [(s, b, h) for s in steps for b in range(B) for h in range(H)]
+        expect = {}
+        for s, b, h in order:
+            pos = np.flatnonzero(attention_mask(torch.tensor([s]), s + 1, sparse)[0].numpy())
+            scores = k[pos, li, b, h] @ q[s, li, b, h]
+            if plant and block == "qk_score" and plant_index(plant)[:4] == (s, li, b, h):
+                scores[plant_index(plant)[4]] += 1
+            expect[s, b, h] = (pos, scores)
+            beats = []
+            for j, pj in enumerate(pos):
+                vals = {"last": j == len(pos) - 1}
+                for i in range(dh):
+                    vals.update({f"data.q.{i}": q[s, li, b, h, i], f"data.k.{i}": k[pj, li, b, h, i],
+                                 f"data.v.{i}": v[pj, li, b, h, i]})
+                beats.append(pack(f_in, **vals))
+            await src.send(AxiStreamFrame(beats))
+        for s, b, h in order:
+            frame = await sink.recv()
+            where = f"step {s}, layer {li}, block {block}, row {b}, head {h}"
+            pos, scores = expect[s, b, h]
+            if block == "qk_score":
+                n_out = len(frame.tdata)
+                assert n_out == len(pos), f"{where}: {n_out} positions out, expected {len(pos)}"
+                for j, w in enumerate(frame.tdata):
+                    got = unpack(f_out, w, "data.score")
+                    assert got == scores[j], (f"{where}, position {pos[j]} (attended {j}): RTL score {got}, "
+                                              f"expected {scores[j]}")
+                    vv = [unpack(f_out, w, f"data.v.{i}") for i in range(dh)]
+                    assert vv == list(v[pos[j], li, b, h]), f"{where}, position {pos[j]}: v changed"
+            else:
+                ys = [unpack(f_out, w, "data.y") for w in frame.tdata]
+                assert len(ys) == dh, f"{where}: {len(ys)} elements out, expected {dh}"
+                for i, y in enumerate(ys):
+                    e = h * dh + i
+                    assert y == attn[s, li, b, e], (f"{where}, element {e}: RTL {y}, "
+                                                    f"expected {attn[s, li, b, e]}")
+            heads += 1
+    for _ in range(20):
+        await RisingEdge(dut.clk)
+    assert sink.empty(), "more heads out than in"
+    assert heads == L * len(steps) * B * H, f"scoreboard: {heads} heads out of {L * len(steps) * B * H}"
+    dut._log.info(f"{block}: {heads} heads of {len(steps)} steps bit-exact")
+
+
+@cocotb.test()
+async def attention_trace(dut):
+    await run(dut, os.environ["FASTCAR_BLOCK"])
