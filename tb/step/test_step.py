@@ -188,7 +188,7 @@ def test_attention_from_q_k_v(request, step_trace, block, stall):
 @pytest.mark.skipif("icarus" not in available_simulators(), reason="Icarus Verilog is not installed")
 def test_attention_head_on_icarus(small_trace):
     run_attention("attention_head", small_trace, "icarus", "icarus", FASTCAR_STALL="0.2", FASTCAR_SEED="14",
-                  FASTCAR_STEPS="stride:4")
+                  FASTCAR_STEPS="stride:12")
 
 
 @pytest.mark.parametrize("block, plant, named", [
