@@ -262,6 +262,9 @@ MUTANTS = [
     _m("qk-score-v-early", "scores: v travels a stage short of the dot product, so each score leaves with "
        "the next position's v", "hw/step/qk_score.py", "for stage in range(mac.latency):",
        "for stage in range(mac.latency - 1):", "tests/test_qk_score.py"),
+    _m("projection-runs-chained", "projection: a run's first beat is not marked, so each block adds onto the "
+       "previous one", "hw/step/projection.py", "m.d.sync += first.eq(self.i.p.last)",
+       "m.d.sync += first.eq(0)", "tests/test_projection.py"),
 ]
 
 

@@ -192,6 +192,11 @@ def _attention_head(cfg):
     return AttentionHead(_step_dims()[1], 1024)
 
 
+def _projection(cfg):
+    from hw.step.projection import Projection
+    return Projection(cfg.mv_in, cfg.mv_out, requant=True)
+
+
 #: The whole decode step's blocks (``hw/step``, ``docs/decoder.md``): built when named
 #: (``python -m hw.flow.timing sampler``), not in the default run, which is the accelerator's.
 STEP_BLOCKS = {
@@ -201,6 +206,8 @@ STEP_BLOCKS = {
     "softmax_av": ("step: one head's softmax, p.v and o / E, up to 1,024 positions", _softmax_av),
     "qk_score": ("step: a head's score q . k a position a cycle, on the MLP's MAC unit", _qk_score),
     "attention_head": ("step: one head's scores into its softmax, up to 1,024 positions", _attention_head),
+    "projection": ("step: q/k/v projection on an mv_in x mv_out MAC unit with its requantiser lanes",
+                   _projection),
     "residual": ("step: the residual add, an int32 accumulator requantised into 32 bits a cycle", _residual),
 }
 

@@ -11,6 +11,7 @@ import pytest
 
 from hw.lib.axis_adapter import AxisAdapter
 from hw.step.attention_head import AttentionHead
+from hw.step.projection import Projection
 from hw.step.qk_score import QkScore
 from hw.step.residual import Residual
 from hw.step.rmsnorm import RmsNorm
@@ -198,3 +199,37 @@ def test_a_planted_wrong_score_or_attention_is_named(step_trace, block, plant, n
     with pytest.raises(CocotbFailure, match=named) as e:
         run_attention(block, step_trace, "verilator", "plant", FASTCAR_PLANT=plant, FASTCAR_STEPS="stride:64")
     assert "RTL" in str(e.value)
+
+
+def run_projection(block, trace, sim, tag, **env):
+    from sw.config import DEFAULT_ACCEL
+
+    ni, no = DEFAULT_ACCEL.mv_in, DEFAULT_ACCEL.mv_out
+    run_block(f"projection_{block}", "cocotb_projection", (ni, no, block == "qkv"),
+              lambda a, b, r: Projection(a, b, requant=r), trace, sim, tag,
+              {"FASTCAR_BLOCK": block, "FASTCAR_MV": f"{ni}:{no}", **env})
+
+
+@pytest.mark.parametrize("block", ["qkv", "o_head"])
+@pytest.mark.parametrize("stall", [0.0, 0.3])
+def test_projections_on_the_mac_unit(request, step_trace, block, stall):
+    """q, k and v, the output projection and the LM head of the trace (the shipped trace: every 64th
+    step; the small one: every 4th), at the accelerator's MAC geometry, on Verilator."""
+    steps = "stride:64" if request.config.getoption("--step-trace", default=None) else "stride:4"
+    run_projection(block, step_trace, "verilator", f"stall{stall}", FASTCAR_STALL=str(stall),
+                   FASTCAR_SEED="15", FASTCAR_STEPS=steps)
+
+
+@pytest.mark.skipif("icarus" not in available_simulators(), reason="Icarus Verilog is not installed")
+def test_projection_on_icarus(small_trace):
+    run_projection("o_head", small_trace, "icarus", "icarus", FASTCAR_STALL="0.2", FASTCAR_SEED="16",
+                   FASTCAR_STEPS="stride:32")
+
+
+@pytest.mark.parametrize("block, plant, named", [
+    ("qkv", "k:0:1:1:5", "step 0, layer 1, block projection .k., row 1, element 5"),
+    ("o_head", "logits:0:0:7", "step 0, block projection .logits., row 0, element 7")])
+def test_a_planted_wrong_projection_is_named(step_trace, block, plant, named):
+    with pytest.raises(CocotbFailure, match=named):
+        run_projection(block, step_trace, "verilator", "plant", FASTCAR_PLANT=plant,
+                       FASTCAR_STEPS="stride:64")
