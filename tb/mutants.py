@@ -265,6 +265,8 @@ MUTANTS = [
     _m("projection-runs-chained", "projection: a run's first beat is not marked, so each block adds onto the "
        "previous one", "hw/step/projection.py", "m.d.sync += first.eq(self.i.p.last)",
        "m.d.sync += first.eq(0)", "tests/test_projection.py"),
+    _m("tas-tap-strict", "TAS tap: replays only above the threshold (the spec replays at it)",
+       "hw/step/tas_tap.py", "(total >= self.threshold)", "(total > self.threshold)", "tests/test_tas_tap.py"),
 ]
 
 

@@ -5,28 +5,42 @@ from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from hw.accel.mv_unit import MvUnit, mv_latency, tree_width
-from hw.step.softmax_av import softmax_in_layout
+from sw.golden import quant
 
-__all__ = ["QkScore", "qk_in_layout"]
+__all__ = ["QkScore", "qk_in_layout", "qk_out_layout"]
+
+#: The marks that travel with a position: ``tas`` on the position one frame earlier (FastCar's
+#: score, :class:`hw.step.tas_tap.TasTap`), ``end`` on the row's last position of its last head.
+MARKS = {"tas": 1, "end": 1}
 
 
 def qk_in_layout(head_dim):
     """One attended position of a head: the head's ``q`` (the same on every beat of the head), the
-    position's ``k`` and ``v``; ``last`` on the head's last position."""
+    position's ``k`` and ``v``, the marks; ``last`` on the head's last position."""
     return data.StructLayout({
-        "data": data.StructLayout({n: data.ArrayLayout(signed(8), head_dim) for n in ("q", "k", "v")}),
+        "data": data.StructLayout({**{n: data.ArrayLayout(signed(8), head_dim) for n in ("q", "k", "v")},
+                                   **MARKS}),
+        "last": 1})
+
+
+def qk_out_layout(head_dim):
+    """The position's score, its ``v`` and marks; ``last`` on the head's last position."""
+    return data.StructLayout({
+        "data": data.StructLayout({"score": signed(quant.ACC_BITS),
+                                   "v": data.ArrayLayout(signed(8), head_dim),
+                                   **MARKS}),
         "last": 1})
 
 
 class QkScore(wiring.Component):
     """The score ``q . k_j`` of each attended position, exact (the golden model's int64 ``einsum``;
-    ``|q . k| <= head_dim * 2**14``), passed on with ``v_j`` in the form
-    :class:`hw.step.softmax_av.SoftmaxAv` takes.
+    ``|q . k| <= head_dim * 2**14``), passed on with ``v_j`` (what :class:`hw.step.softmax_av.SoftmaxAv`
+    takes) and the position's marks (what :class:`hw.step.tas_tap.TasTap` takes).
 
     The dot product is the MLP's matrix-vector unit (:class:`hw.accel.mv_unit.MvUnit`) with
     ``n_in = head_dim`` and one output: ``k_j`` as its activations, ``q`` as its weights, every
-    beat a run of one. ``v`` and ``last`` travel beside it in a register chain. ``i`` is taken while
-    fewer than ``queue_depth`` positions are in flight or queued, so nothing inside stalls.
+    beat a run of one. ``v``, the marks and ``last`` travel beside it in a register chain. ``i`` is
+    taken while fewer than ``queue_depth`` positions are in flight or queued, so nothing inside stalls.
 
     Parameters
     ----------
@@ -38,7 +52,7 @@ class QkScore(wiring.Component):
     Members
     -------
     i : In(stream.Signature(qk_in_layout(head_dim)))
-    o : Out(stream.Signature(softmax_in_layout(head_dim)))
+    o : Out(stream.Signature(qk_out_layout(head_dim)))
     """
 
     def __init__(self, head_dim=24, *, queue_depth=None):
@@ -52,7 +66,7 @@ class QkScore(wiring.Component):
         self._depth = queue_depth
         super().__init__({
             "i": In(stream.Signature(qk_in_layout(head_dim))),
-            "o": Out(stream.Signature(softmax_in_layout(head_dim))),
+            "o": Out(stream.Signature(qk_out_layout(head_dim))),
         })
 
     @property
@@ -78,17 +92,20 @@ class QkScore(wiring.Component):
             m.d.comb += [mac.i.p.x[j].eq(self.i.p.data.k[j]), mac.i.p.w[j].eq(self.i.p.data.q[j])]
 
         # ---- v and last beside it ------------------------------------------------------------------
-        side_layout = data.StructLayout({"v": data.ArrayLayout(signed(8), DH), "last": 1})
+        side_layout = data.StructLayout({"v": data.ArrayLayout(signed(8), DH), **MARKS, "last": 1})
         side = Signal(side_layout)
-        m.d.comb += [side.v.eq(self.i.p.data.v), side.last.eq(self.i.p.last)]
+        m.d.comb += [side.v.eq(self.i.p.data.v), side.tas.eq(self.i.p.data.tas),
+                     side.end.eq(self.i.p.data.end),
+                     side.last.eq(self.i.p.last)]
         for stage in range(mac.latency):
             nxt = Signal(side_layout, name=f"side_{stage}", reset_less=True)
             m.d.sync += nxt.eq(side)
             side = nxt
 
         # ---- the queue ------------------------------------------------------------------------------
-        out = Signal(softmax_in_layout(DH))
-        m.d.comb += [out.data.score.eq(mac.o.p[0]), out.data.v.eq(side.v), out.last.eq(side.last)]
+        out = Signal(qk_out_layout(DH))
+        m.d.comb += [out.data.score.eq(mac.o.p[0]), out.data.v.eq(side.v), out.data.tas.eq(side.tas),
+                     out.data.end.eq(side.end), out.last.eq(side.last)]
         m.submodules.queue = queue = fifo.SyncFIFOBuffered(width=len(out.as_value()), depth=depth)
         m.d.comb += [queue.w_en.eq(mac.o.valid), queue.w_data.eq(out),
                      self.o.valid.eq(queue.r_rdy), self.o.payload.eq(queue.r_data),

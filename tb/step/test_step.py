@@ -179,8 +179,8 @@ def run_attention(block, trace, sim, tag, **env):
 @pytest.mark.parametrize("block", ["qk_score", "attention_head"])
 @pytest.mark.parametrize("stall", [0.0, 0.3])
 def test_attention_from_q_k_v(request, step_trace, block, stall):
-    """Every head's scores, and every head's attention output from q, k and v alone (the shipped trace:
-    every 16th step), on Verilator."""
+    """Every head's scores, and every head's attention output and every row's FastCar decision from q, k
+    and v alone (the shipped trace: every 16th step), on Verilator."""
     steps = "stride:16" if request.config.getoption("--step-trace", default=None) else "all"
     run_attention(block, step_trace, "verilator", f"stall{stall}", FASTCAR_STALL=str(stall),
                   FASTCAR_SEED="13", FASTCAR_STEPS=steps)
@@ -194,7 +194,8 @@ def test_attention_head_on_icarus(small_trace):
 
 @pytest.mark.parametrize("block, plant, named", [
     ("qk_score", "0:1:0:1:0", "step 0, layer 1, block qk_score, row 0, head 1, position 0"),
-    ("attention_head", "0:0:1:30", "step 0, layer 0, block attention_head, row 1, head 1, element 30")])
+    ("attention_head", "0:0:1:30", "step 0, layer 0, block attention_head, row 1, head 1, element 30"),
+    ("attention_head", "tas:-1:0:1", "layer 0, block tas_tap, row 1: RTL tas")])
 def test_a_planted_wrong_score_or_attention_is_named(step_trace, block, plant, named):
     with pytest.raises(CocotbFailure, match=named) as e:
         run_attention(block, step_trace, "verilator", "plant", FASTCAR_PLANT=plant, FASTCAR_STEPS="stride:64")
