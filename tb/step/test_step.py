@@ -186,6 +186,26 @@ def test_attention_from_q_k_v(request, step_trace, block, stall):
                   FASTCAR_SEED="13", FASTCAR_STEPS=steps)
 
 
+@pytest.fixture(scope="module")
+def small_sparse_trace(small_trace, tiny_ckpt, tmp_path_factory):
+    """The small trace's model in FastCar + sparse attention: 2 sinks and a window one longer than a frame."""
+    from sw.trace.full_step import export_full_step
+
+    n = dims(small_trace, "tokens_per_frame")[0]
+    out = tmp_path_factory.mktemp("step") / "full_step_sparse"
+    export_full_step(out, checkpoint=tiny_ckpt, frames=2, tau=0.0, sinks=2, window=n + 1)
+    return out
+
+
+def test_attention_with_sparse_masks(small_sparse_trace):
+    """Heads and decisions under sinks + window masks (CI's trace is dense; ``nox -s step -- --mode
+    fastcar+sparse`` runs every block on the shipped model's sparse trace)."""
+    steps, n = dims(small_sparse_trace, "steps", "tokens_per_frame")
+    assert steps > 2 + n + 1, "the masks would be causal"
+    run_attention("attention_head", small_sparse_trace, "verilator", "sparse", FASTCAR_STALL="0.2",
+                  FASTCAR_SEED="17")
+
+
 @pytest.mark.skipif("icarus" not in available_simulators(), reason="Icarus Verilog is not installed")
 def test_attention_head_on_icarus(small_trace):
     run_attention("attention_head", small_trace, "icarus", "icarus", FASTCAR_STALL="0.2", FASTCAR_SEED="14",
