@@ -266,7 +266,15 @@ MUTANTS = [
        "previous one", "hw/step/projection.py", "m.d.sync += first.eq(self.i.p.last)",
        "m.d.sync += first.eq(0)", "tests/test_projection.py"),
     _m("tas-tap-strict", "TAS tap: replays only above the threshold (the spec replays at it)",
-       "hw/step/tas_tap.py", "(total >= self.threshold)", "(total > self.threshold)", "tests/test_tas_tap.py"),
+       "hw/step/tas_tap.py", "(total >= self.threshold)", "(total > self.threshold)",
+       "tests/test_tas_tap.py"),
+    _m("axi-reader-crosses-4k", "AXI reader: bursts cut at max_burst only, so one may cross a 4 KB boundary",
+       "hw/step/axi_reader.py",
+       "m.d.comb += to_boundary.eq(to_boundary_max - addr[size:ceil_log2(BOUNDARY_BYTES)])",
+       "m.d.comb += to_boundary.eq(to_boundary_max)", "tests/test_axi_reader.py"),
+    _m("axi-reader-no-credit", "AXI reader: a burst is asked for whatever the buffer holds, so the words "
+       "requested may outgrow it", "hw/step/axi_reader.py", "(owed + n <= D)", "(owed + n <= 2 * D)",
+       "tests/test_axi_reader.py"),
 ]
 
 

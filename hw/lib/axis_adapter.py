@@ -1,7 +1,7 @@
 """Expose a component's streams as AXI4-Stream ports for bus models and boards."""
 
 from amaranth import *
-from amaranth.lib import data, wiring
+from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 __all__ = ["AxisAdapter", "axis_width"]
@@ -37,7 +37,8 @@ class AxisAdapter(wiring.Component):
     cocotbext-axi's ``AxiStreamSource``/``AxiStreamSink`` see one byte per lane. A payload struct
     with fields ``data``, ``last`` and ``user`` becomes ``tdata``, ``tlast`` and ``tuser``; without
     ``last`` every beat is one item. Members that are not streams (status counters) pass through
-    under their own names (``name_<i>`` for arrays).
+    under their own names (``name_<i>`` for arrays); a member that is a bus of plain signals (such as
+    :class:`hw.lib.axi.AxiReadSignature`) becomes ``<name>_<signal>`` for each of its signals.
 
     Parameters
     ----------
@@ -50,8 +51,16 @@ class AxisAdapter(wiring.Component):
         members = {}
         self._streams = []
         self._ports = []
+        self._buses = []
         for name, member in dut.signature.members.items():
             intf = getattr(dut, name)
+            if member.is_signature and not isinstance(member.signature, stream.Signature):
+                # A bus of plain signals (an AXI4 manager's channels): each as <name>_<signal>.
+                for sub, sm in member.signature.members.items():
+                    flow = sm.flow if member.flow == Out else sm.flow.flip()
+                    members[f"{name}_{sub}"] = (In if flow == In else Out)(sm.shape)
+                    self._buses.append((f"{name}_{sub}", flow, getattr(intf, sub)))
+                continue
             if not member.is_signature:
                 items = [(name, intf)] if not member.dimensions else \
                     [(f"{name}_{i}", intf[i]) for i in range(member.dimensions[0])]
@@ -90,6 +99,11 @@ class AxisAdapter(wiring.Component):
                 m.d.comb += tvalid.eq(intf.valid)
                 if not isinstance(intf.ready, Const):
                     m.d.comb += intf.ready.eq(tready)
+        for pname, flow, sig in self._buses:
+            if flow == In:
+                m.d.comb += sig.eq(getattr(self, pname))
+            else:
+                m.d.comb += getattr(self, pname).eq(sig)
         for pname, flow, name, idx in self._ports:
             sig = getattr(dut, name) if idx is None else getattr(dut, name)[idx]
             if flow == In:

@@ -11,6 +11,7 @@ import pytest
 
 from hw.lib.axis_adapter import AxisAdapter
 from hw.step.attention_head import AttentionHead
+from hw.step.axi_reader import AxiReader
 from hw.step.projection import Projection
 from hw.step.qk_score import QkScore
 from hw.step.residual import Residual
@@ -254,3 +255,27 @@ def test_a_planted_wrong_projection_is_named(step_trace, block, plant, named):
     with pytest.raises(CocotbFailure, match=named):
         run_projection(block, step_trace, "verilator", "plant", FASTCAR_PLANT=plant,
                        FASTCAR_STEPS="stride:64")
+
+
+def run_axi_reader(sim, tag, **env):
+    burst, count_bits = 16, 24
+    run_block("axi_reader", "cocotb_axi_reader", (32, 64, burst, count_bits),
+              lambda aw, dw, b, cb: AxiReader(aw, dw, max_burst=b, depth=4 * b, count_bits=cb),
+              None, sim, tag,
+              {"FASTCAR_BURST": str(burst), "FASTCAR_COUNT_BITS": str(count_bits), **env})
+
+
+@pytest.mark.parametrize("stall", [0.0, 0.4])
+def test_axi_reader_streams_regions(stall):
+    """Regions read through cocotbext-axi's AxiRamRead, with and without pauses on every channel."""
+    run_axi_reader("verilator", f"stall{stall}", FASTCAR_STALL=str(stall), FASTCAR_SEED="18")
+
+
+@pytest.mark.skipif("icarus" not in available_simulators(), reason="Icarus Verilog is not installed")
+def test_axi_reader_on_icarus():
+    run_axi_reader("icarus", "icarus", FASTCAR_STALL="0.3", FASTCAR_SEED="19")
+
+
+def test_axi_reader_names_a_planted_wrong_word():
+    with pytest.raises(CocotbFailure, match="region 0 .20 words at 0xfe8., word 5: RTL"):
+        run_axi_reader("verilator", "plant", FASTCAR_PLANT="5")
