@@ -275,6 +275,9 @@ MUTANTS = [
     _m("axi-reader-no-credit", "AXI reader: a burst is asked for whatever the buffer holds, so the words "
        "requested may outgrow it", "hw/step/axi_reader.py", "(owed + n <= D)", "(owed + n <= 2 * D)",
        "tests/test_axi_reader.py"),
+    _m("token-head-one-row", "token head: the unconditional run reads the conditional row, so guidance "
+       "compares a row with itself", "hw/step/token_head.py", "row.eq(Mux(second, PR + b, b))", "row.eq(b)",
+       "tests/test_token_head.py"),
 ]
 
 

@@ -19,6 +19,7 @@ from hw.step.rmsnorm import RmsNorm
 from hw.step.rope import Rope
 from hw.step.sampler import Sampler
 from hw.step.softmax_av import SoftmaxAv
+from hw.step.token_head import TokenHead
 from sw.trace.full_step import load_full_step
 from tb.runner import BUILD, CocotbFailure, available_simulators, run_cocotb
 
@@ -279,3 +280,37 @@ def test_axi_reader_on_icarus():
 def test_axi_reader_names_a_planted_wrong_word():
     with pytest.raises(CocotbFailure, match="region 0 .20 words at 0xfe8., word 5: RTL"):
         run_axi_reader("verilator", "plant", FASTCAR_PLANT="5")
+
+
+def run_token_head(trace, sim, tag, **env):
+    from sw.config import DEFAULT_ACCEL
+
+    ni, no = DEFAULT_ACCEL.mv_in, DEFAULT_ACCEL.mv_out
+    run_block("token_head", "cocotb_token_head", (*dims(trace, "d_model", "prompts", "codebook"), ni, no),
+              lambda d, p, c, a, b: TokenHead(d, p, c, n_in=a, n_out=b), trace, sim, tag,
+              {"FASTCAR_NI": str(ni), "FASTCAR_NO": str(no), **env})
+
+
+@pytest.mark.parametrize("stall", [0.0, 0.3])
+def test_token_head_draws_the_trace(request, step_trace, stall):
+    """From the last layer's residual rows to the tokens: the final norm, the LM head over the image
+    tokens and the sampler, every z and token (the shipped trace: every 32nd sample, each alone; the
+    small trace: every sample, back to back), on Verilator."""
+    stride = "32" if request.config.getoption("--step-trace", default=None) else "1"
+    run_token_head(step_trace, "verilator", f"stall{stall}", FASTCAR_STALL=str(stall), FASTCAR_SEED="21",
+                   FASTCAR_STRIDE=stride)
+
+
+@pytest.mark.skipif("icarus" not in available_simulators(), reason="Icarus Verilog is not installed")
+def test_token_head_on_icarus(small_trace):
+    run_token_head(small_trace, "icarus", "icarus", FASTCAR_STALL="0.2", FASTCAR_SEED="22",
+                   FASTCAR_STRIDE="8")
+
+
+@pytest.mark.parametrize("plant, named", [("z:1:0:5", "prompt 0, element 5"),
+                                           ("token:2:1", "prompt 1: RTL token")])
+def test_token_head_names_a_planted_wrong_value(step_trace, plant, named):
+    with pytest.raises(CocotbFailure, match="block token head") as e:
+        run_token_head(step_trace, "verilator", f"plant-{plant.replace(':', '_')}", FASTCAR_PLANT=plant,
+                       FASTCAR_STRIDE="1")
+    assert named in str(e.value) and "step " in str(e.value)

@@ -1,0 +1,191 @@
+"""The end of a decode step: the final norm, the LM head over the image tokens and the sampler."""
+
+from amaranth import *
+from amaranth.lib import data, fifo, memory, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from hw.lib.widths import index_bits
+from hw.step.projection import Projection
+from hw.step.rmsnorm import RmsNorm, rmsnorm_in_layout
+from hw.step.sampler import Sampler, sampler_out_layout, sampler_z_layout, seed_layout
+from sw.golden import quant
+
+__all__ = ["TokenHead", "head_weight_layout"]
+
+
+def head_weight_layout(n_in, n_out):
+    """One beat of the LM head's weights: the ``n_in x n_out`` that meet ``n_in`` elements of the
+    normed row (``w[n * n_in + k]`` for input ``k`` and image token ``n`` of the block, as
+    :func:`hw.step.projection.projection_in_layout`), and, read on a block's last beat, the block's
+    logit constants (:func:`sw.golden.quant.logit_q16` per image token)."""
+    return data.StructLayout({
+        "w": data.ArrayLayout(signed(8), n_in * n_out),
+        "mult": data.ArrayLayout(unsigned(quant.MULT_BITS), n_out),
+        "shift": data.ArrayLayout(unsigned(quant.SHIFT_BITS), n_out)})
+
+
+class TokenHead(wiring.Component):
+    """From the last layer's residual rows to the tokens drawn, bit for bit the golden model's
+    final RMSNorm, LM head (over the image tokens) and integer sampler.
+
+    Only wiring and sequencing of the step's blocks: :class:`hw.step.rmsnorm.RmsNorm` normalises the
+    step's rows (the prompts' conditional rows, then, with guidance, their unconditional rows, as
+    the trace's batch holds them) into a row buffer of ``n_in``-element words; then, prompt by
+    prompt and block of ``n_out`` image tokens by block, the conditional row and then the
+    unconditional one run through :class:`hw.step.projection.Projection` (int32 accumulators),
+    with each block's weights taken once on ``w`` and replayed from a one-block buffer for the
+    second row. The two blocks of accumulators leave one image token a cycle, with the token's
+    logit constants, into :class:`hw.step.sampler.Sampler`, a prompt's ``codebook`` tokens as one
+    row. The next step's rows are normalised once the last block has entered the projection.
+
+    Parameters
+    ----------
+    d_model : int
+    prompts : int
+        Prompts of the batch (conditional rows; as many unconditional ones with guidance).
+    codebook : int
+        Image tokens; a multiple of ``n_out``.
+    n_in, n_out : int
+        The MAC unit's geometry (``AccelConfig.mv_in``, ``AccelConfig.mv_out``); ``n_in`` divides
+        ``d_model``.
+
+    Members
+    -------
+    i : In(stream.Signature(rmsnorm_in_layout()))
+        The step's rows of the last layer's output, an element a beat with the final norm's
+        channel constants, ``last`` on each row's last.
+    w : In(stream.Signature(head_weight_layout(n_in, n_out)))
+        Per prompt, per block of image tokens in order, the block's ``d_model / n_in`` beats.
+    o : Out(stream.Signature(sampler_out_layout(prompts, codebook)))
+        The token drawn for each prompt.
+    z : Out(stream.Signature(sampler_z_layout(prompts, codebook), always_ready=True))
+        Every image token's guided logit (the sampler's, for the testbench).
+    seed : In(stream.Signature(seed_layout(prompts), always_ready=True))
+    eps : In(32)
+    gain, guided, greedy : In
+        As :class:`hw.step.sampler.Sampler` (static while a step runs).
+    """
+
+    def __init__(self, d_model, prompts, codebook, *, n_in=8, n_out=8):
+        for name, v in (("d_model", d_model), ("prompts", prompts), ("codebook", codebook), ("n_in", n_in),
+                        ("n_out", n_out)):
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise ValueError(f"TokenHead {name} must be a positive integer, not {v!r}")
+        if d_model % n_in:
+            raise ValueError(f"TokenHead n_in ({n_in}) must divide d_model ({d_model})")
+        if codebook % n_out:
+            raise ValueError(f"TokenHead n_out ({n_out}) must divide codebook ({codebook})")
+        self._d, self._pr, self._c, self._ni, self._no = d_model, prompts, codebook, n_in, n_out
+        super().__init__({
+            "i": In(stream.Signature(rmsnorm_in_layout())),
+            "w": In(stream.Signature(head_weight_layout(n_in, n_out))),
+            "o": Out(stream.Signature(sampler_out_layout(prompts, codebook))),
+            "z": Out(stream.Signature(sampler_z_layout(prompts, codebook), always_ready=True)),
+            "seed": In(stream.Signature(seed_layout(prompts), always_ready=True)),
+            "eps": In(32), "gain": In(quant.MULT_BITS), "guided": In(1), "greedy": In(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        D, PR, C, NI, NO = self._d, self._pr, self._c, self._ni, self._no
+        K, NB = D // NI, C // NO                      # beats of a run, blocks of a row
+
+        m.submodules.norm = norm = RmsNorm(max_d=D)
+        m.submodules.proj = proj = Projection(NI, NO, requant=False)
+        m.submodules.sampler = sampler = Sampler(PR, C)
+        wiring.connect(m, wiring.flipped(self.i), norm.i)
+        wiring.connect(m, sampler.o, wiring.flipped(self.o))
+        wiring.connect(m, sampler.z, wiring.flipped(self.z))
+        wiring.connect(m, wiring.flipped(self.seed), sampler.seed)
+        m.d.comb += [norm.eps.eq(self.eps), sampler.gain.eq(self.gain), sampler.guided.eq(self.guided),
+                     sampler.greedy.eq(self.greedy)]
+
+        # ---- the normed rows into the row buffer, n_in elements a word ------------------------------
+        word = data.ArrayLayout(signed(8), NI)
+        m.submodules.xbuf = xbuf = memory.Memory(shape=word, depth=2 * PR * K, init=[])
+        xw, xr = xbuf.write_port(), xbuf.read_port(domain="comb")
+        rows = Signal(range(2 * PR + 1))
+        m.d.comb += rows.eq(Mux(self.guided, 2 * PR, PR))
+        busy = Signal()                               # the rows are in: the head runs
+        gather = Signal(8 * NI)
+        elem = Signal(range(NI))
+        row_in = Signal(range(2 * PR + 1))
+        m.d.comb += norm.o.ready.eq(~busy)
+        with m.If(norm.o.valid & norm.o.ready):
+            full = Cat(gather[8:], norm.o.p.data.y)
+            m.d.sync += [gather.eq(full), elem.eq(Mux(elem == NI - 1, 0, elem + 1))]
+            m.d.comb += [xw.en.eq(elem == NI - 1), xw.data.eq(full)]
+            with m.If(elem == NI - 1):
+                m.d.sync += xw.addr.eq(xw.addr + 1)
+            with m.If(norm.o.p.last):
+                m.d.sync += row_in.eq(row_in + 1)
+                with m.If(row_in + 1 == rows):
+                    m.d.sync += busy.eq(1)
+
+        # ---- the runs: per prompt, per block, the conditional row then the unconditional one ----------
+        m.submodules.wbuf = wbuf = memory.Memory(shape=data.ArrayLayout(signed(8), NI * NO), depth=K, init=[])
+        ww, wr = wbuf.write_port(), wbuf.read_port(domain="comb")
+        const_layout = data.StructLayout({"mult": data.ArrayLayout(unsigned(quant.MULT_BITS), NO),
+                                          "shift": data.ArrayLayout(unsigned(quant.SHIFT_BITS), NO),
+                                          "prompt": index_bits(PR), "last": 1})
+        m.submodules.consts = consts = fifo.SyncFIFOBuffered(width=const_layout.size, depth=8)
+        b = Signal(range(PR))
+        j = Signal(range(NB))
+        k = Signal(range(K))
+        second = Signal()                              # the unconditional row's run
+        row = Signal(range(2 * PR))
+        m.d.comb += [row.eq(Mux(second, PR + b, b)), xr.addr.eq(row * K + k), wr.addr.eq(k)]
+        take = Signal()
+        m.d.comb += [
+            proj.i.valid.eq(busy & (second | (self.w.valid & consts.w_rdy))),
+            self.w.ready.eq(busy & ~second & proj.i.ready & consts.w_rdy),
+            take.eq(proj.i.valid & proj.i.ready),
+            proj.i.p.data.x.eq(xr.data),
+            proj.i.p.data.w.eq(Mux(second, wr.data, self.w.p.w)),
+            proj.i.p.data.end.eq(0),
+            proj.i.p.last.eq(k == K - 1),
+        ]
+        kin = Signal(const_layout)
+        m.d.comb += [kin.mult.eq(self.w.p.mult), kin.shift.eq(self.w.p.shift), kin.prompt.eq(b),
+                     kin.last.eq(j == NB - 1),
+                     ww.addr.eq(k), ww.data.eq(self.w.p.w), ww.en.eq(take & ~second),
+                     consts.w_data.eq(kin), consts.w_en.eq(take & ~second & (k == K - 1))]
+        with m.If(take):
+            m.d.sync += k.eq(Mux(k == K - 1, 0, k + 1))
+            with m.If(k == K - 1):
+                with m.If(self.guided & ~second):
+                    m.d.sync += second.eq(1)
+                with m.Else():
+                    m.d.sync += [second.eq(0), j.eq(Mux(j == NB - 1, 0, j + 1))]
+                    with m.If(j == NB - 1):
+                        m.d.sync += b.eq(Mux(b == PR - 1, 0, b + 1))
+                        with m.If(b == PR - 1):            # the step's last run: take the next rows
+                            m.d.sync += [busy.eq(0), row_in.eq(0), xw.addr.eq(0)]
+
+        # ---- the blocks paired and sent one image token a cycle to the sampler -----------------------
+        acc = data.ArrayLayout(signed(quant.ACC_BITS), NO)
+        acc_c, acc_u = Signal(acc), Signal(acc)
+        have_c, sending = Signal(), Signal()
+        kreg = Signal(const_layout)
+        n = Signal(range(NO))
+        m.d.comb += proj.o.ready.eq(~sending)
+        with m.If(proj.o.valid & ~sending):
+            with m.If(self.guided & ~have_c):
+                m.d.sync += [acc_c.eq(proj.o.p.data.y), have_c.eq(1)]
+            with m.Else():
+                m.d.sync += [have_c.eq(0), sending.eq(1), n.eq(0), kreg.eq(consts.r_data)]
+                with m.If(self.guided):
+                    m.d.sync += acc_u.eq(proj.o.p.data.y)
+                with m.Else():
+                    m.d.sync += [acc_c.eq(proj.o.p.data.y), acc_u.eq(0)]
+                m.d.comb += consts.r_en.eq(1)
+        s = sampler.i.p
+        m.d.comb += [sampler.i.valid.eq(sending),
+                     s.data.acc_c.eq(acc_c[n]), s.data.acc_u.eq(acc_u[n]),
+                     s.data.mult.eq(kreg.mult[n]), s.data.shift.eq(kreg.shift[n]),
+                     s.data.prompt.eq(kreg.prompt), s.last.eq(kreg.last & (n == NO - 1))]
+        with m.If(sampler.i.valid & sampler.i.ready):
+            m.d.sync += n.eq(Mux(n == NO - 1, 0, n + 1))
+            with m.If(n == NO - 1):
+                m.d.sync += sending.eq(0)
+        return m
