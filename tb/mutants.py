@@ -278,6 +278,9 @@ MUTANTS = [
     _m("token-head-one-row", "token head: the unconditional run reads the conditional row, so guidance "
        "compares a row with itself", "hw/step/token_head.py", "row.eq(Mux(second, PR + b, b))", "row.eq(b)",
        "tests/test_token_head.py"),
+    _m("accel-given-replay-dropped", "accelerator with decisions given: the replay bit is not passed on, so "
+       "every row computes", "hw/accel/accelerator.py", "given.replay.eq(r.replay)", "given.replay.eq(0)",
+       "tests/test_accelerator_sim.py"),
 ]
 
 

@@ -87,6 +87,60 @@ def test_every_group_of_a_small_trace(tmp_path, mode):
         assert bad.size == 0, f"{where}, element {bad[0]}: RTL {y[bad[0]]}, trace {tr.y[g, b][bad[0]]}"
 
 
+@pytest.mark.parametrize("flip", [False, True])
+def test_decisions_given_with_the_rows(tmp_path, flip):
+    """``decisions="row"`` (the whole step's MLP): each row's TAS and replay bit come with it; the
+    outputs are the trace's, replayed rows from the cache. With one replay bit flipped the run must
+    differ on that row (the decision is the one given, not one the accelerator takes itself)."""
+    from hw.accel.layouts import decided_row_in_layout
+    from hw.board.host import pack_struct
+    from tb.board.small_trace import SMALL_ACCEL, write_small_trace
+
+    tr = load_decode_trace(write_small_trace(tmp_path / "trace"))
+    cfg = SMALL_ACCEL
+    B, d = tr.dims["batch"], tr.dims["d_model"]
+    replay = tr.replay.astype(np.int64).copy()
+    # The last replayed row: its cache entry was written by an earlier frame, so computing it instead
+    # gives other bytes.
+    g_f, b_f = map(int, np.argwhere(replay == 1)[-1])
+    if flip:
+        replay[g_f, b_f] = 0
+    groups = list(range(len(tr.group_layer)))
+    lay = decided_row_in_layout(cfg)
+    words = config_words(cfg, trace_layers(tr))
+    dut = Accelerator(cfg, decisions="row")
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    got = []
+
+    async def host(ctx):
+        await configure(ctx, dut, words)
+        for g in groups:
+            await send_group(ctx, dut, [(pack_struct(lay, {
+                "x": tr.x[g, b], "tas": int(tr.tas[g, b]), "replay": int(replay[g, b]),
+                "layer": int(tr.group_layer[g]), "index": int(tr.group_index[g]), "row": b}), b == B - 1)
+                for b in range(B)])
+
+    async def sink(ctx):
+        ctx.set(dut.y.ready, 1)
+        for _ in range(len(groups) * B):
+            y, rep, row, tas = await ctx.tick().sample(
+                dut.y.p.data.as_value(), dut.y.p.user.replay, dut.y.p.user.row,
+                dut.y.p.user.tas).until(dut.y.valid)
+            got.append((unpack_y(y, d), int(rep), int(row), int(tas)))
+
+    sim.add_testbench(host)
+    sim.add_testbench(sink)
+    run_to_end(sim, len(words) + len(groups) * 1500, "the small trace with its decisions given")
+    differ = []
+    for k, (y, rep, row, tas) in enumerate(got):
+        g, b = groups[k // B], k % B
+        assert (row, rep, tas) == (b, replay[g, b], tr.tas[g, b]), f"group {g}, row {b}: {(row, rep, tas)}"
+        if (y != tr.y[g, b]).any():
+            differ.append((g, b))
+    assert differ == ([(g_f, b_f)] if flip else []), f"rows that differ from the trace: {differ[:5]}"
+
+
 def test_run_to_end_fails_a_run_that_does_not_finish():
     """The watchdog of ``run_to_end``: a testbench waiting on something that never comes fails."""
     from amaranth import Module, Signal

@@ -2,13 +2,14 @@
 MLP datapath, in-order output."""
 
 from amaranth import *
-from amaranth.lib import data, memory, stream, wiring
+from amaranth.lib import data, fifo, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from hw.accel.layouts import (
     COUNTER_BITS,
     FRAME_BITS,
     ctrl_layout,
+    decided_row_in_layout,
     h_params_layout,
     lut_load_layout,
     out_user_layout,
@@ -116,12 +117,17 @@ class Accelerator(wiring.Component):
     A new group is accepted once the previous one has left completely (layer ``l + 1`` needs layer
     ``l``'s output).
 
+    With ``decisions="row"`` there is no TAS group: each row arrives with its decision already
+    taken (:func:`hw.accel.layouts.decided_row_in_layout`; the whole step takes it from the
+    attention's scores, :class:`hw.step.tas_tap.TasTap`), and the decisions wait in a queue of
+    ``batch`` entries in the TAS group's place. Everything after it is the same gateware.
+
     Members
     -------
     cfg : In(stream.Signature({data: cfg_layout(cfg)}))
         Weights, requantisation tables, SiLU tables and the control word.
     x : In(stream.Signature({data: row_in_layout(cfg), last}))
-        Row inputs.
+        Row inputs (``decided_row_in_layout(cfg)`` with ``decisions="row"``).
     y : Out(stream.Signature({data: ArrayLayout(signed(8), d_model), user: out_user_layout, last}))
         Row outputs in row order; ``user`` holds the replay bit, the row and its TAS.
     group_cycles, total_cycles, groups, rows_replayed, rows_computed : Out(COUNTER_BITS)
@@ -136,11 +142,14 @@ class Accelerator(wiring.Component):
         With ``coverage``: the job counters of :func:`schedule_counters`.
     """
 
-    def __init__(self, cfg: AccelConfig, *, coverage: bool = False):
-        self._cfg, self._coverage = cfg, coverage
+    def __init__(self, cfg: AccelConfig, *, coverage: bool = False, decisions: str = "tas"):
+        if decisions not in ("tas", "row"):
+            raise ValueError(f"Accelerator decisions must be 'tas' or 'row', not {decisions!r}")
+        self._cfg, self._coverage, self._decisions = cfg, coverage, decisions
+        row_layout = row_in_layout(cfg) if decisions == "tas" else decided_row_in_layout(cfg)
         members = {
             "cfg": In(stream.Signature(data.StructLayout({"data": cfg_layout(cfg)}))),
-            "x": In(stream.Signature(data.StructLayout({"data": row_in_layout(cfg), "last": 1}))),
+            "x": In(stream.Signature(data.StructLayout({"data": row_layout, "last": 1}))),
             "y": Out(stream.Signature(data.StructLayout({
                 "data": data.ArrayLayout(signed(8), cfg.d_model), "user": out_user_layout(cfg), "last": 1}))),
             "core_busy": Out(COUNTER_BITS).array(cfg.cores),
@@ -162,8 +171,13 @@ class Accelerator(wiring.Component):
         B, P, d = cfg.batch, cfg.cores, cfg.d_model
         tag_bits = index_bits(B)
 
-        m.submodules.tas = tas = TasGroup(d, cfg.layers, cfg.tokens_per_frame, B, lanes=cfg.tas_lanes,
-                                          frame_bits=FRAME_BITS)
+        with_tas = self._decisions == "tas"
+        if with_tas:
+            m.submodules.tas = tas = TasGroup(d, cfg.layers, cfg.tokens_per_frame, B, lanes=cfg.tas_lanes,
+                                              frame_bits=FRAME_BITS)
+        else:
+            m.submodules.decisions = decisions = fifo.SyncFIFOBuffered(width=group_decision_layout(B).size,
+                                                                      depth=max(2, B))
         m.submodules.cache = cache = ReplayCache(d, cfg.layers, cfg.tokens_per_frame, B)
         m.submodules.mlp = mlp = MlpEngine(cfg, tag_bits=tag_bits)
         rob_layout = data.StructLayout({"y": data.ArrayLayout(signed(8), d), "replay": 1})
@@ -196,9 +210,12 @@ class Accelerator(wiring.Component):
             m.d.sync += ctrl.eq(c.data)
         m.d.comb += [
             mlp.h.eq(h), mlp.static.eq(ctrl.static), mlp.chunk_rr.eq(ctrl.chunk_rr),
-            tas.refresh_en.eq(ctrl.refresh_en), tas.refresh_every.eq(ctrl.refresh_every),
-            tas.max_chain_en.eq(ctrl.max_chain_en), tas.max_chain.eq(ctrl.max_chain),
         ]
+        if with_tas:
+            m.d.comb += [
+                tas.refresh_en.eq(ctrl.refresh_en), tas.refresh_every.eq(ctrl.refresh_every),
+                tas.max_chain_en.eq(ctrl.max_chain_en), tas.max_chain.eq(ctrl.max_chain),
+            ]
 
         # --- rows in: TAS engines and the row buffer -----------------------------------------
         grp_layer = Signal(index_bits(cfg.layers))
@@ -208,13 +225,21 @@ class Accelerator(wiring.Component):
         last_seen = Signal()
         in_group = Signal()
         r = self.x.p.data
-        m.d.comb += [
-            tas.i.valid.eq(self.x.valid & ~last_seen),
-            tas.i.p.q.eq(r.q), tas.i.p.k.eq(r.k), tas.i.p.threshold.eq(r.threshold),
-            tas.i.p.layer.eq(r.layer), tas.i.p.frame.eq(r.frame), tas.i.p.index.eq(r.index),
-            tas.i.p.row.eq(r.row),
-            self.x.ready.eq(tas.i.ready & ~last_seen),
-        ]
+        if with_tas:
+            m.d.comb += [
+                tas.i.valid.eq(self.x.valid & ~last_seen),
+                tas.i.p.q.eq(r.q), tas.i.p.k.eq(r.k), tas.i.p.threshold.eq(r.threshold),
+                tas.i.p.layer.eq(r.layer), tas.i.p.frame.eq(r.frame), tas.i.p.index.eq(r.index),
+                tas.i.p.row.eq(r.row),
+                self.x.ready.eq(tas.i.ready & ~last_seen),
+            ]
+        else:
+            given = Signal(group_decision_layout(B))
+            m.d.comb += [
+                given.row.eq(r.row), given.tas.eq(r.tas), given.replay.eq(r.replay),
+                decisions.w_en.eq(self.x.valid & ~last_seen), decisions.w_data.eq(given),
+                self.x.ready.eq(decisions.w_rdy & ~last_seen),
+            ]
         took = self.x.valid & self.x.ready
         # The row buffer: each core reads its job's x at the job's tag (asynchronously), so no row
         # register is enabled by the TAS-dispatcher handshake.
@@ -246,7 +271,11 @@ class Accelerator(wiring.Component):
         # TAS group's o.ready is a flop, so the dispatcher's and the cache's handshakes do not
         # chain into the TAS, and the decision they read comes from a register beside them.
         m.submodules.tas_out = tas_out = SkidBuffer(group_decision_layout(B), mode="full")
-        wiring.connect(m, tas.o, tas_out.i)
+        if with_tas:
+            wiring.connect(m, tas.o, tas_out.i)
+        else:
+            m.d.comb += [tas_out.i.valid.eq(decisions.r_rdy), tas_out.i.p.eq(decisions.r_data),
+                         decisions.r_en.eq(tas_out.i.ready)]
         dec = tas_out.o.p
         wb = mlp.o.valid
         m.d.comb += [mlp.i.p.layer.eq(grp_layer), mlp.i.p.tag.eq(dec.row)]
@@ -333,10 +362,11 @@ class Accelerator(wiring.Component):
                 m.d.sync += self.core_busy[p].eq(self.core_busy[p] + 1)
 
         if self._coverage:
-            with m.If(tas.queue_level > self.cov_tas_queue_peak):
-                m.d.sync += self.cov_tas_queue_peak.eq(tas.queue_level)
+            level = tas.queue_level if with_tas else decisions.level
+            with m.If(level > self.cov_tas_queue_peak):
+                m.d.sync += self.cov_tas_queue_peak.eq(level)
             held = {"cov_finish_together": mlp.finishes >= 2,
-                    "cov_tas_queue_empty": tas.queue_level == 0,
+                    "cov_tas_queue_empty": level == 0,
                     "cov_rob_full": rob.occupied.all(), "cov_rob_empty": ~rob.occupied.any(),
                     "cov_result_refused": rob.i.valid & ~rob.i.ready,
                     "cov_finish_same_row": mlp.finish_same_row}

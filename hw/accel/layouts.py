@@ -9,7 +9,8 @@ from hw.lib.widths import index_bits
 from sw.config import AccelConfig
 from sw.golden import quant
 
-__all__ = ["COUNTER_BITS", "FRAME_BITS", "THRESHOLD_BITS", "ctrl_layout", "row_in_layout", "out_user_layout",
+__all__ = ["COUNTER_BITS", "FRAME_BITS", "THRESHOLD_BITS", "ctrl_layout", "row_in_layout",
+           "decided_row_in_layout", "out_user_layout",
            "tas_row_layout", "job_layout", "job_meta_layout", "row_out_layout", "h_params_layout",
            "lut_load_layout",
            "lut_address"]
@@ -38,6 +39,20 @@ def row_in_layout(cfg: AccelConfig):
         "threshold": signed(THRESHOLD_BITS),
         "layer": index_bits(cfg.layers),
         "frame": FRAME_BITS,
+        "index": index_bits(cfg.tokens_per_frame),
+        "row": index_bits(cfg.batch),
+    })
+
+
+def decided_row_in_layout(cfg: AccelConfig):
+    """One row of a group with its decision already taken (the whole step's, from the attention's own
+    scores: :class:`hw.step.tas_tap.TasTap`): MLP input, the row's TAS and replay bit, and where the
+    row sits."""
+    return data.StructLayout({
+        "x": data.ArrayLayout(signed(8), cfg.d_model),
+        "tas": signed(quant.ACC_BITS),
+        "replay": 1,
+        "layer": index_bits(cfg.layers),
         "index": index_bits(cfg.tokens_per_frame),
         "row": index_bits(cfg.batch),
     })

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from hw.accel.accelerator import Accelerator
 from hw.lib.axis_adapter import AxisAdapter
 from hw.step.attention_head import AttentionHead
 from hw.step.axi_reader import AxiReader
@@ -314,3 +315,38 @@ def test_token_head_names_a_planted_wrong_value(step_trace, plant, named):
         run_token_head(step_trace, "verilator", f"plant-{plant.replace(':', '_')}", FASTCAR_PLANT=plant,
                        FASTCAR_STRIDE="1")
     assert named in str(e.value) and "step " in str(e.value)
+
+
+def step_accel(trace):
+    """The accelerator for a trace's MLP: the shipped one for the shipped model, else the same design
+    at the trace's sizes (4 x 4 matrix-vector units, 2 chunks a row)."""
+    from sw.config import DEFAULT_ACCEL, AccelConfig
+
+    d, dff, L, N, B = dims(trace, "d_model", "d_ff", "layers", "tokens_per_frame", "batch")
+    got = {"d_model": d, "d_ff": dff, "layers": L, "tokens_per_frame": N, "batch": B}
+    if all(getattr(DEFAULT_ACCEL, k) == v for k, v in got.items()):
+        return DEFAULT_ACCEL
+    return AccelConfig(**got, chunks=2, tas_lanes=d, mv_in=4, mv_out=4)
+
+
+def run_step_mlp(trace, sim, tag, **env):
+    import json
+
+    cfg = step_accel(trace)
+    key = "d{d_model}-ff{d_ff}-l{layers}-n{tokens_per_frame}-b{batch}-c{cores}x{chunks}-mv{mv_in}x{mv_out}"
+    run_block("step_mlp", "cocotb_step_mlp", (key.format(**cfg.to_dict()),),
+              lambda _: Accelerator(cfg, decisions="row"), trace, sim, tag,
+              {"FASTCAR_ACCEL": json.dumps(cfg.to_dict()), **env})
+
+
+@pytest.mark.parametrize("stall", [0.0, 0.3])
+def test_mlp_with_given_decisions(step_trace, stall):
+    """The MLP with FastCar in the step: every step and layer of the trace, each row's decision given
+    with it, every output computed or replayed, on Verilator."""
+    run_step_mlp(step_trace, "verilator", f"stall{stall}", FASTCAR_STALL=str(stall), FASTCAR_SEED="23")
+
+
+def test_step_mlp_names_a_planted_wrong_element(step_trace):
+    with pytest.raises(CocotbFailure, match="step 7, layer 1, block mlp, row 2") as e:
+        run_step_mlp(step_trace, "verilator", "plant", FASTCAR_PLANT="7:1:2:3")
+    assert "element 3" in str(e.value)
