@@ -268,8 +268,9 @@ MUTANTS = [
     _m("tas-tap-strict", "TAS tap: replays only above the threshold (the spec replays at it)",
        "hw/step/tas_tap.py", "(total >= self.threshold)", "(total > self.threshold)",
        "tests/test_tas_tap.py"),
-    _m("axi-reader-crosses-4k", "AXI reader: bursts cut at max_burst only, so one may cross a 4 KB boundary",
-       "hw/step/axi_reader.py",
+    _m("axi-reader-crosses-4k", "AXI managers: bursts cut at max_burst only, so one may cross a 4 KB "
+       "boundary",
+       "hw/lib/axi.py",
        "m.d.comb += to_boundary.eq(to_boundary_max - addr[size:ceil_log2(BOUNDARY_BYTES)])",
        "m.d.comb += to_boundary.eq(to_boundary_max)", "tests/test_axi_reader.py"),
     _m("axi-reader-no-credit", "AXI reader: a burst is asked for whatever the buffer holds, so the words "
@@ -281,6 +282,9 @@ MUTANTS = [
     _m("accel-given-replay-dropped", "accelerator with decisions given: the replay bit is not passed on, so "
        "every row computes", "hw/accel/accelerator.py", "given.replay.eq(r.replay)", "given.replay.eq(0)",
        "tests/test_accelerator_sim.py"),
+    _m("axi-writer-wlast-early", "AXI writer: wlast a word early, so each burst ends before its last word",
+       "hw/step/axi_writer.py", "w_last.eq(beat == lens.r_data - 1)", "w_last.eq(beat + 2 == lens.r_data)",
+       "tests/test_axi_writer.py"),
 ]
 
 

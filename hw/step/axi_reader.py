@@ -3,9 +3,9 @@
 from amaranth import *
 from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
-from amaranth.utils import ceil_log2, exact_log2
+from amaranth.utils import exact_log2
 
-from hw.lib.axi import BOUNDARY_BYTES, BURST_INCR, AxiReadSignature
+from hw.lib.axi import BURST_INCR, AxiReadSignature, burst_words
 
 __all__ = ["AxiReader", "read_command_layout", "read_word_layout"]
 
@@ -75,7 +75,6 @@ class AxiReader(wiring.Component):
         nbytes = self._dw // 8
         size = exact_log2(nbytes)
         D, MB = self._depth, self._burst
-        to_boundary_max = BOUNDARY_BYTES // nbytes
 
         # ---- the region being requested ---------------------------------------------------------
         addr = Signal(self._aw)
@@ -85,15 +84,7 @@ class AxiReader(wiring.Component):
         with m.If(self.i.valid & self.i.ready):
             m.d.sync += [addr.eq(self.i.p.addr), left.eq(self.i.p.words), active.eq(self.i.p.words != 0)]
 
-        # The burst: min(max_burst, left, words to the next 4 KB boundary).
-        to_boundary = Signal(range(to_boundary_max + 1))
-        m.d.comb += to_boundary.eq(to_boundary_max - addr[size:ceil_log2(BOUNDARY_BYTES)])
-        n = Signal(range(MB + 1))
-        m.d.comb += n.eq(MB)
-        with m.If((left < MB) & (left <= to_boundary)):
-            m.d.comb += n.eq(left)
-        with m.Elif(to_boundary < MB):
-            m.d.comb += n.eq(to_boundary)
+        n = burst_words(m, addr, left, max_burst=MB, size=size)
 
         # ---- room: words requested and not yet taken on o ---------------------------------------------
         owed = Signal(range(D + 1))

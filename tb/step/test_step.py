@@ -13,6 +13,7 @@ from hw.accel.accelerator import Accelerator
 from hw.lib.axis_adapter import AxisAdapter
 from hw.step.attention_head import AttentionHead
 from hw.step.axi_reader import AxiReader
+from hw.step.axi_writer import AxiWriter
 from hw.step.projection import Projection
 from hw.step.qk_score import QkScore
 from hw.step.residual import Residual
@@ -350,3 +351,26 @@ def test_step_mlp_names_a_planted_wrong_element(step_trace):
     with pytest.raises(CocotbFailure, match="step 7, layer 1, block mlp, row 2") as e:
         run_step_mlp(step_trace, "verilator", "plant", FASTCAR_PLANT="7:1:2:3")
     assert "element 3" in str(e.value)
+
+
+def run_axi_writer(sim, tag, **env):
+    burst, count_bits = 16, 24
+    run_block("axi_writer", "cocotb_axi_writer", (32, 64, burst, count_bits),
+              lambda aw, dw, b, cb: AxiWriter(aw, dw, max_burst=b, count_bits=cb), None, sim, tag,
+              {"FASTCAR_BURST": str(burst), "FASTCAR_COUNT_BITS": str(count_bits), **env})
+
+
+@pytest.mark.parametrize("stall", [0.0, 0.4])
+def test_axi_writer_writes_regions(stall):
+    """Regions written through cocotbext-axi's AxiRamWrite, with and without pauses on every channel."""
+    run_axi_writer("verilator", f"stall{stall}", FASTCAR_STALL=str(stall), FASTCAR_SEED="24")
+
+
+@pytest.mark.skipif("icarus" not in available_simulators(), reason="Icarus Verilog is not installed")
+def test_axi_writer_on_icarus():
+    run_axi_writer("icarus", "icarus", FASTCAR_STALL="0.3", FASTCAR_SEED="25")
+
+
+def test_axi_writer_names_a_planted_wrong_word():
+    with pytest.raises(CocotbFailure, match="region 0 .20 words at 0xfe8., word 5: RTL wrote"):
+        run_axi_writer("verilator", "plant", FASTCAR_PLANT="5")
