@@ -276,9 +276,9 @@ MUTANTS = [
     _m("axi-reader-no-credit", "AXI reader: a burst is asked for whatever the buffer holds, so the words "
        "requested may outgrow it", "hw/step/axi_reader.py", "(owed + n <= D)", "(owed + n <= 2 * D)",
        "tests/test_axi_reader.py"),
-    _m("token-head-one-row", "token head: the unconditional run reads the conditional row, so guidance "
-       "compares a row with itself", "hw/step/token_head.py", "row.eq(Mux(second, PR + b, b))", "row.eq(b)",
-       "tests/test_token_head.py"),
+    _m("row-runs-first-row", "row runs: every run of a group reads the group's first row (the token head's "
+       "guidance compares a row with itself)", "hw/step/row_runs.py", "xr.addr.eq((g + G * t) * K + k)",
+       "xr.addr.eq(g * K + k)", "tests/test_row_runs.py", "tests/test_token_head.py"),
     _m("accel-given-replay-dropped", "accelerator with decisions given: the replay bit is not passed on, so "
        "every row computes", "hw/accel/accelerator.py", "given.replay.eq(r.replay)", "given.replay.eq(0)",
        "tests/test_accelerator_sim.py"),

@@ -1,12 +1,13 @@
 """The end of a decode step: the final norm, the LM head over the image tokens and the sampler."""
 
 from amaranth import *
-from amaranth.lib import data, fifo, memory, stream, wiring
+from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from hw.lib.widths import index_bits
 from hw.step.projection import Projection
 from hw.step.rmsnorm import RmsNorm, rmsnorm_in_layout
+from hw.step.row_runs import RowRuns, weight_layout
 from hw.step.sampler import Sampler, sampler_out_layout, sampler_z_layout, seed_layout
 from sw.golden import quant
 
@@ -14,14 +15,9 @@ __all__ = ["TokenHead", "head_weight_layout"]
 
 
 def head_weight_layout(n_in, n_out):
-    """One beat of the LM head's weights: the ``n_in x n_out`` that meet ``n_in`` elements of the
-    normed row (``w[n * n_in + k]`` for input ``k`` and image token ``n`` of the block, as
-    :func:`hw.step.projection.projection_in_layout`), and, read on a block's last beat, the block's
-    logit constants (:func:`sw.golden.quant.logit_q16` per image token)."""
-    return data.StructLayout({
-        "w": data.ArrayLayout(signed(8), n_in * n_out),
-        "mult": data.ArrayLayout(unsigned(quant.MULT_BITS), n_out),
-        "shift": data.ArrayLayout(unsigned(quant.SHIFT_BITS), n_out)})
+    """One beat of the LM head's weights over the image tokens (:func:`hw.step.row_runs.weight_layout`),
+    with, on a block's last beat, the block's logit constants (:func:`sw.golden.quant.logit_consts`)."""
+    return weight_layout(n_in, n_out)
 
 
 class TokenHead(wiring.Component):
@@ -30,13 +26,13 @@ class TokenHead(wiring.Component):
 
     Only wiring and sequencing of the step's blocks: :class:`hw.step.rmsnorm.RmsNorm` normalises the
     step's rows (the prompts' conditional rows, then, with guidance, their unconditional rows, as
-    the trace's batch holds them) into a row buffer of ``n_in``-element words; then, prompt by
-    prompt and block of ``n_out`` image tokens by block, the conditional row and then the
-    unconditional one run through :class:`hw.step.projection.Projection` (int32 accumulators),
-    with each block's weights taken once on ``w`` and replayed from a one-block buffer for the
-    second row. The two blocks of accumulators leave one image token a cycle, with the token's
-    logit constants, into :class:`hw.step.sampler.Sampler`, a prompt's ``codebook`` tokens as one
-    row. The next step's rows are normalised once the last block has entered the projection.
+    the trace's batch holds them) into :class:`hw.step.row_runs.RowRuns`; then, prompt by prompt
+    and block of ``n_out`` image tokens by block, the conditional row and then the unconditional
+    one run through :class:`hw.step.projection.Projection` (int32 accumulators), with each block's
+    weights taken once on ``w`` and replayed for the second row. The two blocks of accumulators
+    leave one image token a cycle, with the token's logit constants, into
+    :class:`hw.step.sampler.Sampler`, a prompt's ``codebook`` tokens as one row. The next step's
+    rows are normalised once the last run has gone into the projection.
 
     Parameters
     ----------
@@ -88,79 +84,31 @@ class TokenHead(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         D, PR, C, NI, NO = self._d, self._pr, self._c, self._ni, self._no
-        K, NB = D // NI, C // NO                      # beats of a run, blocks of a row
+        NB = C // NO                                  # blocks of a row
 
         m.submodules.norm = norm = RmsNorm(max_d=D)
+        m.submodules.runs = runs = RowRuns(D, NI, NO, groups=PR, blocks=NB, max_repeat=2, report=True)
         m.submodules.proj = proj = Projection(NI, NO, requant=False)
         m.submodules.sampler = sampler = Sampler(PR, C)
         wiring.connect(m, wiring.flipped(self.i), norm.i)
+        wiring.connect(m, norm.o, runs.i)
+        wiring.connect(m, wiring.flipped(self.w), runs.w)
+        wiring.connect(m, runs.o, proj.i)
         wiring.connect(m, sampler.o, wiring.flipped(self.o))
         wiring.connect(m, sampler.z, wiring.flipped(self.z))
         wiring.connect(m, wiring.flipped(self.seed), sampler.seed)
         m.d.comb += [norm.eps.eq(self.eps), sampler.gain.eq(self.gain), sampler.guided.eq(self.guided),
-                     sampler.greedy.eq(self.greedy)]
+                     sampler.greedy.eq(self.greedy), runs.repeat.eq(Mux(self.guided, 2, 1))]
 
-        # ---- the normed rows into the row buffer, n_in elements a word ------------------------------
-        word = data.ArrayLayout(signed(8), NI)
-        m.submodules.xbuf = xbuf = memory.Memory(shape=word, depth=2 * PR * K, init=[])
-        xw, xr = xbuf.write_port(), xbuf.read_port(domain="comb")
-        rows = Signal(range(2 * PR + 1))
-        m.d.comb += rows.eq(Mux(self.guided, 2 * PR, PR))
-        busy = Signal()                               # the rows are in: the head runs
-        gather = Signal(8 * NI)
-        elem = Signal(range(NI))
-        row_in = Signal(range(2 * PR + 1))
-        m.d.comb += norm.o.ready.eq(~busy)
-        with m.If(norm.o.valid & norm.o.ready):
-            full = Cat(gather[8:], norm.o.p.data.y)
-            m.d.sync += [gather.eq(full), elem.eq(Mux(elem == NI - 1, 0, elem + 1))]
-            m.d.comb += [xw.en.eq(elem == NI - 1), xw.data.eq(full)]
-            with m.If(elem == NI - 1):
-                m.d.sync += xw.addr.eq(xw.addr + 1)
-            with m.If(norm.o.p.last):
-                m.d.sync += row_in.eq(row_in + 1)
-                with m.If(row_in + 1 == rows):
-                    m.d.sync += busy.eq(1)
-
-        # ---- the runs: per prompt, per block, the conditional row then the unconditional one ----------
-        m.submodules.wbuf = wbuf = memory.Memory(shape=data.ArrayLayout(signed(8), NI * NO), depth=K, init=[])
-        ww, wr = wbuf.write_port(), wbuf.read_port(domain="comb")
+        # Each block's logit constants, prompt and place in the row, for the sampler.
         const_layout = data.StructLayout({"mult": data.ArrayLayout(unsigned(quant.MULT_BITS), NO),
                                           "shift": data.ArrayLayout(unsigned(quant.SHIFT_BITS), NO),
                                           "prompt": index_bits(PR), "last": 1})
         m.submodules.consts = consts = fifo.SyncFIFOBuffered(width=const_layout.size, depth=8)
-        b = Signal(range(PR))
-        j = Signal(range(NB))
-        k = Signal(range(K))
-        second = Signal()                              # the unconditional row's run
-        row = Signal(range(2 * PR))
-        m.d.comb += [row.eq(Mux(second, PR + b, b)), xr.addr.eq(row * K + k), wr.addr.eq(k)]
-        take = Signal()
-        m.d.comb += [
-            proj.i.valid.eq(busy & (second | (self.w.valid & consts.w_rdy))),
-            self.w.ready.eq(busy & ~second & proj.i.ready & consts.w_rdy),
-            take.eq(proj.i.valid & proj.i.ready),
-            proj.i.p.data.x.eq(xr.data),
-            proj.i.p.data.w.eq(Mux(second, wr.data, self.w.p.w)),
-            proj.i.p.data.end.eq(0),
-            proj.i.p.last.eq(k == K - 1),
-        ]
         kin = Signal(const_layout)
-        m.d.comb += [kin.mult.eq(self.w.p.mult), kin.shift.eq(self.w.p.shift), kin.prompt.eq(b),
-                     kin.last.eq(j == NB - 1),
-                     ww.addr.eq(k), ww.data.eq(self.w.p.w), ww.en.eq(take & ~second),
-                     consts.w_data.eq(kin), consts.w_en.eq(take & ~second & (k == K - 1))]
-        with m.If(take):
-            m.d.sync += k.eq(Mux(k == K - 1, 0, k + 1))
-            with m.If(k == K - 1):
-                with m.If(self.guided & ~second):
-                    m.d.sync += second.eq(1)
-                with m.Else():
-                    m.d.sync += [second.eq(0), j.eq(Mux(j == NB - 1, 0, j + 1))]
-                    with m.If(j == NB - 1):
-                        m.d.sync += b.eq(Mux(b == PR - 1, 0, b + 1))
-                        with m.If(b == PR - 1):            # the step's last run: take the next rows
-                            m.d.sync += [busy.eq(0), row_in.eq(0), xw.addr.eq(0)]
+        m.d.comb += [kin.mult.eq(runs.k.p.mult), kin.shift.eq(runs.k.p.shift), kin.prompt.eq(runs.k.p.group),
+                     kin.last.eq(runs.k.p.block == NB - 1),
+                     consts.w_data.eq(kin), consts.w_en.eq(runs.k.valid), runs.k.ready.eq(consts.w_rdy)]
 
         # ---- the blocks paired and sent one image token a cycle to the sampler -----------------------
         acc = data.ArrayLayout(signed(quant.ACC_BITS), NO)
