@@ -285,6 +285,9 @@ MUTANTS = [
     _m("axi-writer-wlast-early", "AXI writer: wlast a word early, so each burst ends before its last word",
        "hw/step/axi_writer.py", "w_last.eq(beat == lens.r_data - 1)", "w_last.eq(beat + 2 == lens.r_data)",
        "tests/test_axi_writer.py"),
+    _m("qkv-k-not-rotated", "q/k/v front: the second RoPE pass rotates q again, so k leaves as a rotated q",
+       "hw/step/qkv.py", "rope.i.p.x.eq(Mux(sent == 0, q, k))", "rope.i.p.x.eq(Mux(sent == 0, q, q))",
+       "tests/test_qkv.py"),
 ]
 
 

@@ -5,6 +5,7 @@ environment's idle and backpressure (``FASTCAR_STALL``, ``FASTCAR_SEED``)."""
 import os
 
 import cocotb
+import numpy as np
 from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles
 from cocotbext.axi import AxiStreamBus, AxiStreamSink, AxiStreamSource
@@ -81,3 +82,23 @@ class Bench:
         await ClockCycles(self.dut.clk, 5)
         self.dut.rst.value = 0
         await ClockCycles(self.dut.clk, 2)
+
+
+def weight_frames(w, mult, shift, ni, no, f_w):
+    """The blocks of ``x @ w`` [d_in, d_out], ``no`` outputs each, as frames of ``d_in / ni`` beats of
+    :func:`hw.step.row_runs.weight_layout` (``f_w``: its :func:`fields`), each block's constants on
+    every beat."""
+    (w_off, _, _), (m_off, m_w, _), (s_off, s_w, _) = f_w["w.0"], f_w["mult.0"], f_w["shift.0"]
+    frames = []
+    for j in range(w.shape[1] // no):
+        cols = w[:, j * no:(j + 1) * no].astype(np.int8)
+        beats = []
+        for k in range(w.shape[0] // ni):
+            block = np.ascontiguousarray(cols[k * ni:(k + 1) * ni].T)          # [no, ni]: w[n * ni + k]
+            word = int.from_bytes(block.tobytes(), "little") << w_off
+            for n in range(no):
+                word |= int(mult[j * no + n]) << (m_off + m_w * n)
+                word |= int(shift[j * no + n]) << (s_off + s_w * n)
+            beats.append(word)
+        frames.append(beats)
+    return frames

@@ -25,7 +25,7 @@ from hw.step.sampler import sampler_out_layout, sampler_z_layout, seed_layout
 from hw.step.token_head import head_weight_layout
 from sw.golden import quant
 from sw.trace.full_step import load_full_step
-from tb.step.bench import CLOCK_NS, Bench, fields, pack, plant_index, stream_model, unpack
+from tb.step.bench import CLOCK_NS, Bench, fields, pack, plant_index, stream_model, unpack, weight_frames
 
 
 class TB:
@@ -77,26 +77,14 @@ async def head_trace(dut):
     f_in, f_w = fields(rmsnorm_in_layout()), fields(head_weight_layout(NI, NO))
     f_seed, f_out = fields(seed_layout(PR)), fields(sampler_out_layout(PR, C))
     f_z = fields(sampler_z_layout(PR, C))
-    (w_off, _, _), (m_off, m_w, _), (s_off, s_w, _) = f_w["w.0"], f_w["mult.0"], f_w["shift.0"]
     r_out = t["r_out"].astype(np.int64)
     nf_m, nf_s = t["nf_mult"].astype(np.int64), t["nf_shift"].astype(np.int64)
     head = t["head"].astype(np.int8)
     lm, ls = t["logit_mult"].astype(np.int64), t["logit_shift"].astype(np.int64)
     rows = B if guided else PR
 
-    # The weight frames of one step (the same for every step): per prompt, per block, d / n_in beats.
-    blocks = []
-    for j in range(C // NO):
-        cols = head[:, off + j * NO: off + (j + 1) * NO]                     # [d, NO]
-        beats = []
-        for k in range(d // NI):
-            w = np.ascontiguousarray(cols[k * NI:(k + 1) * NI].T)           # [NO, NI]: w[n * NI + kk]
-            word = int.from_bytes(w.tobytes(), "little") << w_off
-            for n in range(NO):
-                word |= int(lm[j * NO + n]) << (m_off + m_w * n) | int(ls[j * NO + n]) << (s_off + s_w * n)
-            beats.append(word)
-        blocks.append(beats)
-    assert f_w["mult.1"][0] - m_off == m_w and f_w["shift.1"][0] - s_off == s_w
+    # The weight frames of one step (the same for every step and prompt): a frame per block.
+    blocks = weight_frames(head[:, off:off + C], lm, ls, NI, NO, f_w)
 
     def state_at(p, k):
         st = quant.sampler_state(int(dec["seed"]), p)

@@ -16,6 +16,7 @@ from hw.step.axi_reader import AxiReader
 from hw.step.axi_writer import AxiWriter
 from hw.step.projection import Projection
 from hw.step.qk_score import QkScore
+from hw.step.qkv import QkvRope
 from hw.step.residual import Residual
 from hw.step.rmsnorm import RmsNorm
 from hw.step.rope import Rope
@@ -374,3 +375,37 @@ def test_axi_writer_on_icarus():
 def test_axi_writer_names_a_planted_wrong_word():
     with pytest.raises(CocotbFailure, match="region 0 .20 words at 0xfe8., word 5: RTL wrote"):
         run_axi_writer("verilator", "plant", FASTCAR_PLANT="5")
+
+
+def run_qkv(trace, sim, tag, **env):
+    from sw.config import DEFAULT_ACCEL
+
+    ni, no = DEFAULT_ACCEL.mv_in, DEFAULT_ACCEL.mv_out
+    d, h, b, dh = dims(trace, "d_model", "n_heads", "batch", "head_dim")
+    if dh % no:
+        ni, no = 4, 4                      # the small trace's heads (16 elements) take 4 x 4
+    run_block("qkv", "cocotb_qkv", (d, h, b, ni, no), lambda *p: QkvRope(*p[:3], n_in=p[3], n_out=p[4]),
+              trace, sim, tag, {"FASTCAR_MV": f"{ni}:{no}", **env})
+
+
+@pytest.mark.parametrize("stall", [0.0, 0.3])
+def test_qkv_from_the_residual(request, step_trace, stall):
+    """q, k (after RoPE) and v of every head and row from the residual rows into each layer (the
+    shipped trace: every 16th step; the small trace: every 4th), on Verilator."""
+    steps = "stride:16" if request.config.getoption("--step-trace", default=None) else "stride:4"
+    run_qkv(step_trace, "verilator", f"stall{stall}", FASTCAR_STALL=str(stall), FASTCAR_SEED="26",
+            FASTCAR_STEPS=steps)
+
+
+@pytest.mark.skipif("icarus" not in available_simulators(), reason="Icarus Verilog is not installed")
+def test_qkv_on_icarus(small_trace):
+    run_qkv(small_trace, "icarus", "icarus", FASTCAR_STALL="0.2", FASTCAR_SEED="27",
+            FASTCAR_STEPS="stride:32")
+
+
+@pytest.mark.parametrize("plant, named", [
+    ("k:4:1:2:1:5", "step 4, layer 1, block qkv, row 2, head 1, k element 5"),
+    ("v:8:0:0:0:0", "step 8, layer 0, block qkv, row 0, head 0, v element 0")])
+def test_qkv_names_a_planted_wrong_element(step_trace, plant, named):
+    with pytest.raises(CocotbFailure, match=named):
+        run_qkv(step_trace, "verilator", f"plant-{plant[0]}", FASTCAR_PLANT=plant, FASTCAR_STEPS="stride:4")
