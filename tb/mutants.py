@@ -288,6 +288,9 @@ MUTANTS = [
     _m("qkv-k-not-rotated", "q/k/v front: the second RoPE pass rotates q again, so k leaves as a rotated q",
        "hw/step/qkv.py", "rope.i.p.x.eq(Mux(sent == 0, q, k))", "rope.i.p.x.eq(Mux(sent == 0, q, q))",
        "tests/test_qkv.py"),
+    _m("attention-layer-no-marks", "attention layer: the history's marks are dropped, so no row has a TAS",
+       "hw/step/attention_layer.py", "a.data.tas.eq(~own & self.kv.p.tas)", "a.data.tas.eq(0)",
+       "tests/test_attention_layer.py"),
 ]
 
 

@@ -12,6 +12,7 @@ import pytest
 from hw.accel.accelerator import Accelerator
 from hw.lib.axis_adapter import AxisAdapter
 from hw.step.attention_head import AttentionHead
+from hw.step.attention_layer import AttentionLayer
 from hw.step.axi_reader import AxiReader
 from hw.step.axi_writer import AxiWriter
 from hw.step.projection import Projection
@@ -409,3 +410,32 @@ def test_qkv_on_icarus(small_trace):
 def test_qkv_names_a_planted_wrong_element(step_trace, plant, named):
     with pytest.raises(CocotbFailure, match=named):
         run_qkv(step_trace, "verilator", f"plant-{plant[0]}", FASTCAR_PLANT=plant, FASTCAR_STEPS="stride:4")
+
+
+def run_attention_layer(trace, sim, tag, **env):
+    from sw.config import DEFAULT_ACCEL
+
+    ni, no = DEFAULT_ACCEL.mv_in, DEFAULT_ACCEL.mv_out
+    d, h, b, dh, p = dims(trace, "d_model", "n_heads", "batch", "head_dim", "positions")
+    if dh % no:
+        ni, no = 4, 4                      # the small trace's heads (16 elements) take 4 x 4
+    run_block("attention_layer", "cocotb_attention_layer", (d, h, b, p, ni, no),
+              lambda *a: AttentionLayer(*a[:3], max_positions=a[3], n_in=a[4], n_out=a[5]),
+              trace, sim, tag, {"FASTCAR_MV": f"{ni}:{no}", "FASTCAR_MAX_POSITIONS": str(p), **env})
+
+
+@pytest.mark.parametrize("stall", [0.0, 0.3])
+def test_attention_layer_from_the_residual(request, step_trace, stall):
+    """A layer's whole attention from r_in, the weights and the attended positions' keys and values: every
+    r_mid, decision and new key and value (the shipped trace: every 64th step; the small trace: every
+    8th, every 16th under stalls), on Verilator."""
+    shipped = request.config.getoption("--step-trace", default=None)
+    steps = f"stride:{64 if shipped else 8 * (1 + (stall > 0))}"
+    run_attention_layer(step_trace, "verilator", f"stall{stall}", FASTCAR_STALL=str(stall), FASTCAR_SEED="28",
+                        FASTCAR_STEPS=steps)
+
+
+def test_attention_layer_names_a_planted_wrong_element(step_trace):
+    with pytest.raises(CocotbFailure, match="step 8, layer 1, block attention_layer, row 3, element 7"):
+        run_attention_layer(step_trace, "verilator", "plant", FASTCAR_PLANT="8:1:3:7",
+                            FASTCAR_STEPS="stride:8")

@@ -1,0 +1,148 @@
+"""cocotb test of a layer's whole attention (``hw.step.attention_layer.AttentionLayer`` behind its
+AXI-Stream adapter) against a full-step trace: from the residual rows into each layer (``r_in``), the
+layer's weights and constants, the position's RoPE tables and the keys and values of the earlier
+positions the golden model attended (its own mask: causal, or sinks + window), every row after
+attention (``r_mid``), every decision (``tas``, ``replay``) and the new position's keys and values
+(``k``, ``v``). Environment as ``cocotb_qkv`` (``FASTCAR_STEPS``, ``FASTCAR_MV``), and
+``FASTCAR_PLANT`` = ``S:L:B:E`` (one element of ``r_mid`` changed).
+
+Bus models: cocotbext-axi ``AxiStreamSource`` on ``s_axis_i``, ``s_axis_w``, ``s_axis_wo``,
+``s_axis_grp`` and ``s_axis_kv`` (the history, a frame per row), ``AxiStreamSink`` on ``m_axis_o``,
+``m_axis_d`` and ``m_axis_kv_out``, each with its own idle cycles or backpressure. The scoreboard
+counts rows in against rows, decisions and heads out.
+"""
+
+import os
+
+import cocotb
+import numpy as np
+import torch
+from cocotb.clock import Clock
+from cocotb.triggers import RisingEdge
+from cocotbext.axi import AxiStreamFrame, AxiStreamSink, AxiStreamSource
+
+from hw.step.attention_layer import group_layout, kv_layout
+from hw.step.residual import residual_out_layout
+from hw.step.rmsnorm import rmsnorm_in_layout
+from hw.step.row_runs import weight_layout
+from hw.step.tas_tap import decision_layout
+from sw.model.fastcar import SparseConfig, attention_mask
+from sw.trace.full_step import load_full_step
+from tb.step.bench import CLOCK_NS, Bench, fields, pack, plant_index, stream_model, unpack, weight_frames
+from tb.step.cocotb_softmax import selected_steps
+
+
+class TB:
+    def __init__(self, dut):
+        self.dut = dut
+        cocotb.start_soon(Clock(dut.clk, CLOCK_NS, unit="ns").start())
+        self.src = {n: stream_model(AxiStreamSource, dut, f"s_axis_{n}", stall_seed=s)
+                    for n, s in (("i", 0), ("w", 3), ("wo", 4), ("grp", None), ("kv", 5))}
+        self.out = {n: stream_model(AxiStreamSink, dut, f"m_axis_{n}", stall_seed=s)
+                    for n, s in (("o", 7), ("d", 8), ("kv_out", 9))}
+
+    reset = Bench.reset
+
+
+@cocotb.test()
+async def layer_trace(dut):
+    tr = load_full_step(os.environ["FASTCAR_TRACE"], verify=False)
+    m, t = tr.manifest, tr.t
+    S, L, B, d, H, dh = (m["dims"][k] for k in ("steps", "layers", "batch", "d_model", "n_heads", "head_dim"))
+    N, start = m["dims"]["tokens_per_frame"], m["prompt_len"]
+    ni, no = (int(x) for x in os.environ["FASTCAR_MV"].split(":"))
+    sp = m["decode"]["sparse"]
+    sparse = SparseConfig(**sp) if sp else None
+    fastcar = m["decode"]["tau"] is not None
+    steps = selected_steps(S, os.environ.get("FASTCAR_STEPS", "all"))
+    r_mid = t["r_mid"].astype(np.int64).copy()
+    plant = os.environ.get("FASTCAR_PLANT", "")
+    if plant:
+        r_mid[plant_index(plant)] += 1
+
+    tb = TB(dut)
+    dut.eps.value = int(m["eps"])
+    await tb.reset()
+    f_in, f_w = fields(rmsnorm_in_layout()), fields(weight_layout(ni, no))
+    f_kv, f_r, f_d = fields(kv_layout(dh)), fields(residual_out_layout()), fields(decision_layout())
+    P = int(os.environ["FASTCAR_MAX_POSITIONS"])
+    f_g = fields(group_layout(dh, P))
+    k_, v_ = (t[n].astype(np.int64) for n in ("k", "v"))
+
+    def qkv_frames(li):
+        out = []
+        for n in ("q", "k", "v"):
+            out += weight_frames(t[f"w{n}"][li], t[f"{n}_mult"][li], t[f"{n}_shift"][li], ni, no, f_w)
+        return out
+
+    weights = [(qkv_frames(li), weight_frames(t["wo"][li], t["o_mult"][li], t["o_shift"][li], ni, no, f_w))
+               for li in range(L)]
+    r_in = t["r_in"].astype(np.int64)
+    groups = [(s, li) for s in steps for li in range(L)]
+    attended = {s: np.flatnonzero(attention_mask(torch.tensor([s]), s + 1, sparse)[0].numpy()) for s in steps}
+
+    def kv_word(pj, li, b, h, mark):
+        vals = {"tas": mark}
+        for e in range(dh):
+            vals[f"k.{e}"], vals[f"v.{e}"] = k_[pj, li, b, h, e], v_[pj, li, b, h, e]
+        return pack(f_kv, **vals)
+
+    async def feed():
+        for s, li in groups:
+            hist = [int(p) for p in attended[s] if p != s]
+            marked = fastcar and s - start >= N
+            mult, shift = t["n1_mult"][li], t["n1_shift"][li]
+            g = {f"{x}.{e}": int(t[f"rope_{x}"][s, e]) for x in ("c", "s") for e in range(dh // 2)}
+            g.update(history=len(hist), a_exp=int(t["a_exp"][li]), a_mult=int(t["a_mult"][li]),
+                     a_shift=int(t["a_shift"][li]), threshold=int(t["threshold"][li]))
+            await tb.src["grp"].send(AxiStreamFrame([pack(f_g, **g)]))
+            for b in range(B):
+                row = [pack(f_in, **{"data.r": r_in[s, li, b, e], "data.mult": mult[e],
+                                     "data.shift": shift[e], "last": e == d - 1}) for e in range(d)]
+                await tb.src["i"].send(AxiStreamFrame(row))
+            for frame in weights[li][0]:
+                await tb.src["w"].send(AxiStreamFrame(frame))
+            for frame in weights[li][1]:
+                await tb.src["wo"].send(AxiStreamFrame(frame))
+            for b in range(B):
+                beats = [kv_word(pj, li, b, h, marked and pj == s - N) for h in range(H) for pj in hist]
+                if beats:
+                    await tb.src["kv"].send(AxiStreamFrame(beats))
+
+    kv_words = []
+
+    async def collect_kv():
+        while True:
+            kv_words.extend((await tb.out["kv_out"].recv()).tdata)
+
+    cocotb.start_soon(feed())
+    cocotb.start_soon(collect_kv())
+    rows = 0
+    for s, li in groups:
+        for b in range(B):
+            where = f"step {s}, layer {li}, block attention_layer, row {b}"
+            frame = await tb.out["o"].recv()
+            got = [unpack(f_r, w, "data.r") for w in frame.tdata]
+            assert len(got) == d, f"{where}: {len(got)} elements out, expected {d}"
+            for e in range(d):
+                assert got[e] == r_mid[s, li, b, e], (f"{where}, element {e}: RTL r_mid {got[e]}, "
+                                                      f"expected {r_mid[s, li, b, e]}")
+            word = (await tb.out["d"].recv()).tdata[0]
+            dec = (unpack(f_d, word, "data.tas"), unpack(f_d, word, "data.replay"))
+            want = (int(t["tas"][s, li, b]), int(t["replay"][s, li, b]))
+            assert dec == want, f"{where}: RTL tas {dec[0]} replay {dec[1]}, expected {want[0]} {want[1]}"
+            rows += 1
+    for _ in range(50):
+        await RisingEdge(dut.clk)
+    heads = len(groups) * B * H
+    assert len(kv_words) == heads, f"{len(kv_words)} heads of k and v out, {heads} heads in"
+    for n, word in enumerate(kv_words):
+        (s, li), b, h = groups[n // (B * H)], n // H % B, n % H
+        got_k = [unpack(f_kv, word, f"k.{e}") for e in range(dh)]
+        got_v = [unpack(f_kv, word, f"v.{e}") for e in range(dh)]
+        assert got_k == list(k_[s, li, b, h]) and got_v == list(v_[s, li, b, h]), \
+            f"step {s}, layer {li}, block attention_layer, row {b}, head {h}: the new key or value"
+    assert tb.out["o"].empty() and tb.out["d"].empty(), "more rows or decisions out than rows in"
+    assert rows == len(groups) * B, f"scoreboard: {len(groups) * B} rows in, {rows} out"
+    dut._log.info(f"attention_layer: {len(groups)} steps and layers, {rows} rows, decisions and "
+                  f"{rows * H} heads of k and v bit-exact")
