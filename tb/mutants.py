@@ -291,6 +291,9 @@ MUTANTS = [
     _m("attention-layer-no-marks", "attention layer: the history's marks are dropped, so no row has a TAS",
        "hw/step/attention_layer.py", "a.data.tas.eq(~own & self.kv.p.tas)", "a.data.tas.eq(0)",
        "tests/test_attention_layer.py"),
+    _m("decoder-layer-replay-dropped", "decoder layer: rows go to the MLP without their replay bit, so "
+       "every row computes", "hw/step/decoder_layer.py", "x.replay.eq(dec.data.replay)", "x.replay.eq(0)",
+       "tests/test_decoder_layer.py"),
 ]
 
 

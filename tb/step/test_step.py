@@ -15,6 +15,7 @@ from hw.step.attention_head import AttentionHead
 from hw.step.attention_layer import AttentionLayer
 from hw.step.axi_reader import AxiReader
 from hw.step.axi_writer import AxiWriter
+from hw.step.decoder_layer import DecoderLayer
 from hw.step.projection import Projection
 from hw.step.qk_score import QkScore
 from hw.step.qkv import QkvRope
@@ -439,3 +440,28 @@ def test_attention_layer_names_a_planted_wrong_element(step_trace):
     with pytest.raises(CocotbFailure, match="step 8, layer 1, block attention_layer, row 3, element 7"):
         run_attention_layer(step_trace, "verilator", "plant", FASTCAR_PLANT="8:1:3:7",
                             FASTCAR_STEPS="stride:8")
+
+
+def run_decoder_layer(trace, sim, tag, **env):
+    import json
+
+    cfg = step_accel(trace)
+    h, p = dims(trace, "n_heads", "positions")
+    key = "d{d_model}-ff{d_ff}-l{layers}-n{tokens_per_frame}-b{batch}-c{cores}x{chunks}-mv{mv_in}x{mv_out}"
+    run_block("decoder_layer", "cocotb_decoder_layer", (key.format(**cfg.to_dict()), h, p),
+              lambda _, heads, positions: DecoderLayer(cfg, heads, max_positions=positions), trace, sim, tag,
+              {"FASTCAR_ACCEL": json.dumps(cfg.to_dict()), "FASTCAR_MAX_POSITIONS": str(p), **env})
+
+
+def test_decoder_layer_from_the_residual(request, step_trace):
+    """Whole layers: every r_out, decision and new key of the steps from the first (the shipped trace: the
+    prompt and the first 80 image tokens, 85 steps; the small trace: the prompt and its first frame and
+    8 tokens of the second, 77 steps, 34 rows replayed), on Verilator with idle inputs and backpressure."""
+    steps = "first:85" if request.config.getoption("--step-trace", default=None) else "first:77"
+    run_decoder_layer(step_trace, "verilator", "stall0.2", FASTCAR_STALL="0.2", FASTCAR_SEED="29",
+                      FASTCAR_STEPS=steps)
+
+
+def test_decoder_layer_names_a_planted_wrong_element(step_trace):
+    with pytest.raises(CocotbFailure, match="step 3, layer 1, block decoder_layer, row 2, element 4"):
+        run_decoder_layer(step_trace, "verilator", "plant", FASTCAR_PLANT="3:1:2:4", FASTCAR_STEPS="first:5")

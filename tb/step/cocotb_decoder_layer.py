@@ -1,0 +1,167 @@
+"""cocotb test of a whole decoder layer (``hw.step.decoder_layer.DecoderLayer`` behind its AXI-Stream
+adapter) against a full-step trace: from the residual rows into each layer (``r_in``), the layer's
+weights and constants (the MLP's loaded once into the accelerator), the position's tables and the
+attended earlier positions' keys and values, every row out of the layer (``r_out``), every decision
+the MLP used and every new key and value. The steps run in order from the first (the replay cache
+carries from frame to frame): ``FASTCAR_STEPS`` = ``all`` or ``first:N``. ``FASTCAR_PLANT`` =
+``S:L:B:E`` changes one expected element of ``r_out``. Environment otherwise as
+``cocotb_attention_layer``.
+
+Bus models: cocotbext-axi ``AxiStreamSource`` on every input (idle cycles on the rows, weights and
+history), ``AxiStreamSink`` on ``m_axis_o``, ``m_axis_d`` and ``m_axis_kv_out`` (backpressure on
+the rows). The scoreboard counts rows in against rows, decisions and heads out.
+"""
+
+import json
+import os
+
+import cocotb
+import numpy as np
+import torch
+from cocotb.clock import Clock
+from cocotb.triggers import ClockCycles, RisingEdge
+from cocotbext.axi import AxiStreamFrame, AxiStreamSink, AxiStreamSource
+
+from hw.board.host import config_words
+from hw.step.attention_layer import group_layout, kv_layout
+from hw.step.decoder_layer import channel_layout, mlp_group_layout
+from hw.step.residual import residual_out_layout
+from hw.step.rmsnorm import rmsnorm_in_layout
+from hw.step.row_runs import weight_layout
+from hw.step.tas_tap import decision_layout
+from sw.config import AccelConfig
+from sw.model.fastcar import SparseConfig, attention_mask
+from sw.trace.full_step import load_full_step
+from tb.step.bench import CLOCK_NS, Bench, fields, pack, plant_index, stream_model, unpack, weight_frames
+from tb.step.cocotb_step_mlp import position, step_layers
+
+
+class TB:
+    def __init__(self, dut):
+        self.dut = dut
+        cocotb.start_soon(Clock(dut.clk, CLOCK_NS, unit="ns").start())
+        self.src = {n: stream_model(AxiStreamSource, dut, f"s_axis_{n}", stall_seed=s)
+                    for n, s in (("i", 0), ("w", 3), ("wo", 4), ("grp", None), ("kv", 5), ("cfg", None),
+                                 ("n2", None), ("mg", None))}
+        self.out = {n: stream_model(AxiStreamSink, dut, f"m_axis_{n}", stall_seed=s)
+                    for n, s in (("o", 7), ("d", None), ("kv_out", None))}
+
+    reset = Bench.reset
+
+
+@cocotb.test()
+async def decoder_layer_trace(dut):
+    tr = load_full_step(os.environ["FASTCAR_TRACE"], verify=False)
+    m, t = tr.manifest, tr.t
+    S, L, B, d, H, dh = (m["dims"][k] for k in ("steps", "layers", "batch", "d_model", "n_heads", "head_dim"))
+    N, start = m["dims"]["tokens_per_frame"], m["prompt_len"]
+    cfg = AccelConfig.from_dict(json.loads(os.environ["FASTCAR_ACCEL"]))
+    ni, no = cfg.mv_in, cfg.mv_out
+    sp = m["decode"]["sparse"]
+    sparse = SparseConfig(**sp) if sp else None
+    fastcar = m["decode"]["tau"] is not None
+    spec = os.environ.get("FASTCAR_STEPS", "all")
+    steps = list(range(S if spec == "all" else min(S, int(spec.split(":")[1]))))
+    r_out = t["r_out"].astype(np.int64).copy()
+    plant = os.environ.get("FASTCAR_PLANT", "")
+    if plant:
+        r_out[plant_index(plant)] += 1
+    P = int(os.environ["FASTCAR_MAX_POSITIONS"])
+
+    tb = TB(dut)
+    dut.eps.value = int(m["eps"])
+    await tb.reset()
+    await tb.src["cfg"].send(AxiStreamFrame(config_words(cfg, step_layers(t, L))))
+    await tb.src["cfg"].wait()
+    await ClockCycles(dut.clk, 4)
+
+    f_in, f_w, f_kv = fields(rmsnorm_in_layout()), fields(weight_layout(ni, no)), fields(kv_layout(dh))
+    f_g, f_mg, f_ch = fields(group_layout(dh, P)), fields(mlp_group_layout(cfg)), fields(channel_layout())
+    f_r, f_d = fields(residual_out_layout()), fields(decision_layout())
+    k_, v_ = (t[n].astype(np.int64) for n in ("k", "v"))
+
+    def qkv_frames(li):
+        out = []
+        for n in ("q", "k", "v"):
+            out += weight_frames(t[f"w{n}"][li], t[f"{n}_mult"][li], t[f"{n}_shift"][li], ni, no, f_w)
+        return out
+
+    weights = [(qkv_frames(li), weight_frames(t["wo"][li], t["o_mult"][li], t["o_shift"][li], ni, no, f_w))
+               for li in range(L)]
+    n2 = [[pack(f_ch, mult=int(t["n2_mult"][li, e]), shift=int(t["n2_shift"][li, e])) for e in range(d)]
+          for li in range(L)]
+    r_in = t["r_in"].astype(np.int64)
+    groups = [(s, li) for s in steps for li in range(L)]
+
+    def kv_word(pj, li, b, h, mark):
+        vals = {"tas": mark}
+        for e in range(dh):
+            vals[f"k.{e}"], vals[f"v.{e}"] = k_[pj, li, b, h, e], v_[pj, li, b, h, e]
+        return pack(f_kv, **vals)
+
+    async def feed():
+        for s, li in groups:
+            mask = attention_mask(torch.tensor([s]), s + 1, sparse)[0].numpy()
+            hist = [int(p) for p in np.flatnonzero(mask) if p != s]
+            marked = fastcar and s - start >= N
+            g = {f"{x}.{e}": int(t[f"rope_{x}"][s, e]) for x in ("c", "s") for e in range(dh // 2)}
+            g.update(history=len(hist), a_exp=int(t["a_exp"][li]), a_mult=int(t["a_mult"][li]),
+                     a_shift=int(t["a_shift"][li]), threshold=int(t["threshold"][li]))
+            await tb.src["grp"].send(AxiStreamFrame([pack(f_g, **g)]))
+            mg = pack(f_mg, layer=li, index=position(s, start, N)[1], y_mult=int(t["y_mult"][li]),
+                      y_shift=int(t["y_shift"][li]))
+            await tb.src["mg"].send(AxiStreamFrame([mg]))
+            await tb.src["n2"].send(AxiStreamFrame(n2[li]))
+            mult, shift = t["n1_mult"][li], t["n1_shift"][li]
+            for b in range(B):
+                row = [pack(f_in, **{"data.r": r_in[s, li, b, e], "data.mult": mult[e],
+                                     "data.shift": shift[e], "last": e == d - 1}) for e in range(d)]
+                await tb.src["i"].send(AxiStreamFrame(row))
+            for frame in weights[li][0]:
+                await tb.src["w"].send(AxiStreamFrame(frame))
+            for frame in weights[li][1]:
+                await tb.src["wo"].send(AxiStreamFrame(frame))
+            for b in range(B):
+                beats = [kv_word(pj, li, b, h, marked and pj == s - N) for h in range(H) for pj in hist]
+                if beats:
+                    await tb.src["kv"].send(AxiStreamFrame(beats))
+
+    kv_words, decisions = [], []
+
+    async def collect(name, into):
+        while True:
+            into.extend((await tb.out[name].recv()).tdata)
+
+    cocotb.start_soon(feed())
+    cocotb.start_soon(collect("kv_out", kv_words))
+    cocotb.start_soon(collect("d", decisions))
+    rows = replays = 0
+    for s, li in groups:
+        for b in range(B):
+            where = f"step {s}, layer {li}, block decoder_layer, row {b}"
+            frame = await tb.out["o"].recv()
+            got = [unpack(f_r, w, "data.r") for w in frame.tdata]
+            assert len(got) == d, f"{where}: {len(got)} elements out, expected {d}"
+            for e in range(d):
+                rep = " (replayed)" if t["replay"][s, li, b] else ""
+                assert got[e] == r_out[s, li, b, e], (f"{where}{rep}, element {e}: RTL r_out {got[e]}, "
+                                                      f"expected {r_out[s, li, b, e]}")
+            rows += 1
+            replays += int(t["replay"][s, li, b])
+    for _ in range(50):
+        await RisingEdge(dut.clk)
+    assert tb.out["o"].empty(), "more rows out than in"
+    assert rows == len(groups) * B, f"scoreboard: {len(groups) * B} rows in, {rows} out"
+    assert len(decisions) == rows and len(kv_words) == rows * H, \
+        f"scoreboard: {rows} rows, {len(decisions)} decisions, {len(kv_words)} heads of k and v out"
+    for n, word in enumerate(decisions):
+        (s, li), b = groups[n // B], n % B
+        got = (unpack(f_d, word, "data.tas"), unpack(f_d, word, "data.replay"))
+        assert got == (int(t["tas"][s, li, b]), int(t["replay"][s, li, b])), \
+            f"step {s}, layer {li}, block decoder_layer, row {b}: decision {got}"
+    for n, word in enumerate(kv_words):
+        (s, li), b, h = groups[n // (B * H)], n // H % B, n % H
+        assert [unpack(f_kv, word, f"k.{e}") for e in range(dh)] == list(k_[s, li, b, h]), \
+            f"step {s}, layer {li}, row {b}, head {h}: the new key"
+    dut._log.info(f"decoder_layer: {len(groups)} steps and layers, {rows} rows bit-exact "
+                  f"({replays} replayed)")
