@@ -7,7 +7,7 @@ import os
 import cocotb
 import numpy as np
 from cocotb.clock import Clock
-from cocotb.triggers import ClockCycles
+from cocotb.triggers import ClockCycles, RisingEdge
 from cocotbext.axi import AxiStreamBus, AxiStreamSink, AxiStreamSource
 
 from tb.stalls import random_pauses
@@ -102,3 +102,22 @@ def weight_frames(w, mult, shift, ni, no, f_w):
             beats.append(word)
         frames.append(beats)
     return frames
+
+
+async def burst_monitor(dut, ch, nb, max_burst, bursts):
+    """Checks every burst address an AXI4 manager gives on channel ``ch`` (``"ar"`` or ``"aw"`` of
+    ``m_axi``): incrementing, ``nb`` bytes a beat, at most ``max_burst`` beats, never across a 4 KB
+    boundary; appends ``(addr, words)`` to ``bursts``."""
+    from hw.lib.axi import BOUNDARY_BYTES
+
+    sig = {n: getattr(dut, f"m_axi_{ch}{n}") for n in ("valid", "ready", "addr", "len", "burst", "size")}
+    while True:
+        await RisingEdge(dut.clk)
+        if sig["valid"].value and sig["ready"].value:
+            a, n = int(sig["addr"].value), int(sig["len"].value) + 1
+            assert int(sig["burst"].value) == 1
+            assert int(sig["size"].value) == nb.bit_length() - 1
+            assert n <= max_burst, f"burst of {n} words at {a:#x}: more than {max_burst}"
+            assert a // BOUNDARY_BYTES == (a + n * nb - 1) // BOUNDARY_BYTES, \
+                f"burst of {n} words at {a:#x} crosses a 4 KB boundary"
+            bursts.append((a, n))

@@ -44,16 +44,70 @@ class TB:
     reset = Bench.reset
 
 
+class LayerFeed:
+    """What a step's layer takes from a full-step trace, sent on the attention's streams of ``tb``:
+    the group beat (RoPE tables, history length, the layer's constants), the rows of ``r_in``, the
+    q/k/v and o weight blocks, and the attended earlier positions' keys and values (marked one frame
+    earlier when the trace was made with FastCar). Shared by the attention and decoder-layer benches."""
+
+    def __init__(self, t, manifest, tb, ni, no, max_positions):
+        dims = manifest["dims"]
+        self.t, self.tb = t, tb
+        self.B, self.d, self.H, self.dh = (dims[k] for k in ("batch", "d_model", "n_heads", "head_dim"))
+        self.N, self.start = dims["tokens_per_frame"], manifest["prompt_len"]
+        sp = manifest["decode"]["sparse"]
+        self.sparse = SparseConfig(**sp) if sp else None
+        self.fastcar = manifest["decode"]["tau"] is not None
+        self.f_in, f_w = fields(rmsnorm_in_layout()), fields(weight_layout(ni, no))
+        self.f_kv, self.f_g = fields(kv_layout(self.dh)), fields(group_layout(self.dh, max_positions))
+        self.k, self.v = (t[n].astype(np.int64) for n in ("k", "v"))
+        self.r_in = t["r_in"].astype(np.int64)
+        self.weights = []
+        for li in range(dims["layers"]):
+            qkv = []
+            for n in ("q", "k", "v"):
+                qkv += weight_frames(t[f"w{n}"][li], t[f"{n}_mult"][li], t[f"{n}_shift"][li], ni, no, f_w)
+            o = weight_frames(t["wo"][li], t["o_mult"][li], t["o_shift"][li], ni, no, f_w)
+            self.weights.append((qkv, o))
+
+    def kv_word(self, pj, li, b, h, mark):
+        vals = {"tas": mark}
+        for e in range(self.dh):
+            vals[f"k.{e}"], vals[f"v.{e}"] = self.k[pj, li, b, h, e], self.v[pj, li, b, h, e]
+        return pack(self.f_kv, **vals)
+
+    async def send(self, s, li):
+        t, src, dh = self.t, self.tb.src, self.dh
+        mask = attention_mask(torch.tensor([s]), s + 1, self.sparse)[0].numpy()
+        hist = [int(p) for p in np.flatnonzero(mask) if p != s]
+        marked = self.fastcar and s - self.start >= self.N
+        g = {f"{x}.{e}": int(t[f"rope_{x}"][s, e]) for x in ("c", "s") for e in range(dh // 2)}
+        g.update(history=len(hist), a_exp=int(t["a_exp"][li]), a_mult=int(t["a_mult"][li]),
+                 a_shift=int(t["a_shift"][li]), threshold=int(t["threshold"][li]))
+        await src["grp"].send(AxiStreamFrame([pack(self.f_g, **g)]))
+        mult, shift = t["n1_mult"][li], t["n1_shift"][li]
+        for b in range(self.B):
+            row = [pack(self.f_in, **{"data.r": self.r_in[s, li, b, e], "data.mult": mult[e],
+                                      "data.shift": shift[e], "last": e == self.d - 1})
+                   for e in range(self.d)]
+            await src["i"].send(AxiStreamFrame(row))
+        for frame in self.weights[li][0]:
+            await src["w"].send(AxiStreamFrame(frame))
+        for frame in self.weights[li][1]:
+            await src["wo"].send(AxiStreamFrame(frame))
+        for b in range(self.B):
+            beats = [self.kv_word(pj, li, b, h, marked and pj == s - self.N)
+                     for h in range(self.H) for pj in hist]
+            if beats:
+                await src["kv"].send(AxiStreamFrame(beats))
+
+
 @cocotb.test()
 async def layer_trace(dut):
     tr = load_full_step(os.environ["FASTCAR_TRACE"], verify=False)
     m, t = tr.manifest, tr.t
     S, L, B, d, H, dh = (m["dims"][k] for k in ("steps", "layers", "batch", "d_model", "n_heads", "head_dim"))
-    N, start = m["dims"]["tokens_per_frame"], m["prompt_len"]
     ni, no = (int(x) for x in os.environ["FASTCAR_MV"].split(":"))
-    sp = m["decode"]["sparse"]
-    sparse = SparseConfig(**sp) if sp else None
-    fastcar = m["decode"]["tau"] is not None
     steps = selected_steps(S, os.environ.get("FASTCAR_STEPS", "all"))
     r_mid = t["r_mid"].astype(np.int64).copy()
     plant = os.environ.get("FASTCAR_PLANT", "")
@@ -63,51 +117,16 @@ async def layer_trace(dut):
     tb = TB(dut)
     dut.eps.value = int(m["eps"])
     await tb.reset()
-    f_in, f_w = fields(rmsnorm_in_layout()), fields(weight_layout(ni, no))
     f_kv, f_r, f_d = fields(kv_layout(dh)), fields(residual_out_layout()), fields(decision_layout())
     P = int(os.environ["FASTCAR_MAX_POSITIONS"])
-    f_g = fields(group_layout(dh, P))
     k_, v_ = (t[n].astype(np.int64) for n in ("k", "v"))
 
-    def qkv_frames(li):
-        out = []
-        for n in ("q", "k", "v"):
-            out += weight_frames(t[f"w{n}"][li], t[f"{n}_mult"][li], t[f"{n}_shift"][li], ni, no, f_w)
-        return out
-
-    weights = [(qkv_frames(li), weight_frames(t["wo"][li], t["o_mult"][li], t["o_shift"][li], ni, no, f_w))
-               for li in range(L)]
-    r_in = t["r_in"].astype(np.int64)
+    feed_layer = LayerFeed(t, m, tb, ni, no, P)
     groups = [(s, li) for s in steps for li in range(L)]
-    attended = {s: np.flatnonzero(attention_mask(torch.tensor([s]), s + 1, sparse)[0].numpy()) for s in steps}
-
-    def kv_word(pj, li, b, h, mark):
-        vals = {"tas": mark}
-        for e in range(dh):
-            vals[f"k.{e}"], vals[f"v.{e}"] = k_[pj, li, b, h, e], v_[pj, li, b, h, e]
-        return pack(f_kv, **vals)
 
     async def feed():
         for s, li in groups:
-            hist = [int(p) for p in attended[s] if p != s]
-            marked = fastcar and s - start >= N
-            mult, shift = t["n1_mult"][li], t["n1_shift"][li]
-            g = {f"{x}.{e}": int(t[f"rope_{x}"][s, e]) for x in ("c", "s") for e in range(dh // 2)}
-            g.update(history=len(hist), a_exp=int(t["a_exp"][li]), a_mult=int(t["a_mult"][li]),
-                     a_shift=int(t["a_shift"][li]), threshold=int(t["threshold"][li]))
-            await tb.src["grp"].send(AxiStreamFrame([pack(f_g, **g)]))
-            for b in range(B):
-                row = [pack(f_in, **{"data.r": r_in[s, li, b, e], "data.mult": mult[e],
-                                     "data.shift": shift[e], "last": e == d - 1}) for e in range(d)]
-                await tb.src["i"].send(AxiStreamFrame(row))
-            for frame in weights[li][0]:
-                await tb.src["w"].send(AxiStreamFrame(frame))
-            for frame in weights[li][1]:
-                await tb.src["wo"].send(AxiStreamFrame(frame))
-            for b in range(B):
-                beats = [kv_word(pj, li, b, h, marked and pj == s - N) for h in range(H) for pj in hist]
-                if beats:
-                    await tb.src["kv"].send(AxiStreamFrame(beats))
+            await feed_layer.send(s, li)
 
     kv_words = []
 

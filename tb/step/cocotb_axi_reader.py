@@ -18,7 +18,7 @@ from cocotbext.axi import AxiRamRead, AxiReadBus, AxiStreamFrame
 from hw.lib.axi import BOUNDARY_BYTES
 from hw.step.axi_reader import read_command_layout
 from tb.stalls import random_pauses
-from tb.step.bench import Bench, fields, pack, stall_settings
+from tb.step.bench import Bench, burst_monitor, fields, pack, stall_settings
 
 MEM_BYTES = 1 << 16
 
@@ -49,19 +49,7 @@ async def reader_regions(dut):
 
     bursts = []
 
-    async def monitor():
-        while True:
-            await RisingEdge(dut.clk)
-            if dut.m_axi_arvalid.value and dut.m_axi_arready.value:
-                a, n = int(dut.m_axi_araddr.value), int(dut.m_axi_arlen.value) + 1
-                assert int(dut.m_axi_arburst.value) == 1
-                assert int(dut.m_axi_arsize.value) == nb.bit_length() - 1
-                assert n <= max_burst, f"burst of {n} words at {a:#x}: more than {max_burst}"
-                assert a // BOUNDARY_BYTES == (a + n * nb - 1) // BOUNDARY_BYTES, \
-                    f"burst of {n} words at {a:#x} crosses a 4 KB boundary"
-                bursts.append((a, n))
-
-    cocotb.start_soon(monitor())
+    cocotb.start_soon(burst_monitor(dut, "ar", nb, max_burst, bursts))
     f_cmd = fields(read_command_layout(aw, count_bits))
     for addr, words in regions:
         await bench.src.send(AxiStreamFrame([pack(f_cmd, addr=addr, words=words)]))

@@ -19,7 +19,7 @@ from cocotbext.axi import AxiRamWrite, AxiStreamFrame, AxiStreamSink, AxiStreamS
 from hw.lib.axi import BOUNDARY_BYTES
 from hw.step.axi_reader import read_command_layout
 from tb.stalls import random_pauses
-from tb.step.bench import CLOCK_NS, Bench, fields, pack, stall_settings, stream_model
+from tb.step.bench import CLOCK_NS, Bench, burst_monitor, fields, pack, stall_settings, stream_model
 
 MEM_BYTES = 1 << 16
 
@@ -67,19 +67,7 @@ async def writer_regions(dut):
 
     bursts = []
 
-    async def monitor():
-        while True:
-            await RisingEdge(dut.clk)
-            if dut.m_axi_awvalid.value and dut.m_axi_awready.value:
-                a, n = int(dut.m_axi_awaddr.value), int(dut.m_axi_awlen.value) + 1
-                assert int(dut.m_axi_awburst.value) == 1
-                assert int(dut.m_axi_awsize.value) == nb.bit_length() - 1
-                assert n <= max_burst, f"burst of {n} words at {a:#x}: more than {max_burst}"
-                assert a // BOUNDARY_BYTES == (a + n * nb - 1) // BOUNDARY_BYTES, \
-                    f"burst of {n} words at {a:#x} crosses a 4 KB boundary"
-                bursts.append((a, n))
-
-    cocotb.start_soon(monitor())
+    cocotb.start_soon(burst_monitor(dut, "aw", nb, max_burst, bursts))
     f_cmd = fields(read_command_layout(aw, count_bits))
     for (addr, words), ws in zip(regions, data, strict=True):
         await tb.cmd.send(AxiStreamFrame([pack(f_cmd, addr=addr, words=words)]))

@@ -17,22 +17,19 @@ import os
 
 import cocotb
 import numpy as np
-import torch
 from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles, RisingEdge
 from cocotbext.axi import AxiStreamFrame, AxiStreamSink, AxiStreamSource
 
 from hw.board.host import config_words
-from hw.step.attention_layer import group_layout, kv_layout
+from hw.step.attention_layer import kv_layout
 from hw.step.decoder_layer import channel_layout, mlp_group_layout
 from hw.step.residual import residual_out_layout
-from hw.step.rmsnorm import rmsnorm_in_layout
-from hw.step.row_runs import weight_layout
 from hw.step.tas_tap import decision_layout
 from sw.config import AccelConfig
-from sw.model.fastcar import SparseConfig, attention_mask
 from sw.trace.full_step import load_full_step
-from tb.step.bench import CLOCK_NS, Bench, fields, pack, plant_index, stream_model, unpack, weight_frames
+from tb.step.bench import CLOCK_NS, Bench, fields, pack, plant_index, stream_model, unpack
+from tb.step.cocotb_attention_layer import LayerFeed
 from tb.step.cocotb_step_mlp import position, step_layers
 
 
@@ -57,9 +54,6 @@ async def decoder_layer_trace(dut):
     N, start = m["dims"]["tokens_per_frame"], m["prompt_len"]
     cfg = AccelConfig.from_dict(json.loads(os.environ["FASTCAR_ACCEL"]))
     ni, no = cfg.mv_in, cfg.mv_out
-    sp = m["decode"]["sparse"]
-    sparse = SparseConfig(**sp) if sp else None
-    fastcar = m["decode"]["tau"] is not None
     spec = os.environ.get("FASTCAR_STEPS", "all")
     steps = list(range(S if spec == "all" else min(S, int(spec.split(":")[1]))))
     r_out = t["r_out"].astype(np.int64).copy()
@@ -75,56 +69,21 @@ async def decoder_layer_trace(dut):
     await tb.src["cfg"].wait()
     await ClockCycles(dut.clk, 4)
 
-    f_in, f_w, f_kv = fields(rmsnorm_in_layout()), fields(weight_layout(ni, no)), fields(kv_layout(dh))
-    f_g, f_mg, f_ch = fields(group_layout(dh, P)), fields(mlp_group_layout(cfg)), fields(channel_layout())
-    f_r, f_d = fields(residual_out_layout()), fields(decision_layout())
-    k_, v_ = (t[n].astype(np.int64) for n in ("k", "v"))
-
-    def qkv_frames(li):
-        out = []
-        for n in ("q", "k", "v"):
-            out += weight_frames(t[f"w{n}"][li], t[f"{n}_mult"][li], t[f"{n}_shift"][li], ni, no, f_w)
-        return out
-
-    weights = [(qkv_frames(li), weight_frames(t["wo"][li], t["o_mult"][li], t["o_shift"][li], ni, no, f_w))
-               for li in range(L)]
+    f_mg, f_ch = fields(mlp_group_layout(cfg)), fields(channel_layout())
+    f_r, f_d, f_kv = fields(residual_out_layout()), fields(decision_layout()), fields(kv_layout(dh))
+    k_ = t["k"].astype(np.int64)
     n2 = [[pack(f_ch, mult=int(t["n2_mult"][li, e]), shift=int(t["n2_shift"][li, e])) for e in range(d)]
           for li in range(L)]
-    r_in = t["r_in"].astype(np.int64)
+    feed_layer = LayerFeed(t, m, tb, ni, no, P)
     groups = [(s, li) for s in steps for li in range(L)]
-
-    def kv_word(pj, li, b, h, mark):
-        vals = {"tas": mark}
-        for e in range(dh):
-            vals[f"k.{e}"], vals[f"v.{e}"] = k_[pj, li, b, h, e], v_[pj, li, b, h, e]
-        return pack(f_kv, **vals)
 
     async def feed():
         for s, li in groups:
-            mask = attention_mask(torch.tensor([s]), s + 1, sparse)[0].numpy()
-            hist = [int(p) for p in np.flatnonzero(mask) if p != s]
-            marked = fastcar and s - start >= N
-            g = {f"{x}.{e}": int(t[f"rope_{x}"][s, e]) for x in ("c", "s") for e in range(dh // 2)}
-            g.update(history=len(hist), a_exp=int(t["a_exp"][li]), a_mult=int(t["a_mult"][li]),
-                     a_shift=int(t["a_shift"][li]), threshold=int(t["threshold"][li]))
-            await tb.src["grp"].send(AxiStreamFrame([pack(f_g, **g)]))
             mg = pack(f_mg, layer=li, index=position(s, start, N)[1], y_mult=int(t["y_mult"][li]),
                       y_shift=int(t["y_shift"][li]))
             await tb.src["mg"].send(AxiStreamFrame([mg]))
             await tb.src["n2"].send(AxiStreamFrame(n2[li]))
-            mult, shift = t["n1_mult"][li], t["n1_shift"][li]
-            for b in range(B):
-                row = [pack(f_in, **{"data.r": r_in[s, li, b, e], "data.mult": mult[e],
-                                     "data.shift": shift[e], "last": e == d - 1}) for e in range(d)]
-                await tb.src["i"].send(AxiStreamFrame(row))
-            for frame in weights[li][0]:
-                await tb.src["w"].send(AxiStreamFrame(frame))
-            for frame in weights[li][1]:
-                await tb.src["wo"].send(AxiStreamFrame(frame))
-            for b in range(B):
-                beats = [kv_word(pj, li, b, h, marked and pj == s - N) for h in range(H) for pj in hist]
-                if beats:
-                    await tb.src["kv"].send(AxiStreamFrame(beats))
+            await feed_layer.send(s, li)
 
     kv_words, decisions = [], []
 
