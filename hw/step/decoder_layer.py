@@ -7,6 +7,7 @@ from amaranth.lib.wiring import In, Out
 from hw.accel.accelerator import Accelerator, cfg_layout
 from hw.lib.widths import index_bits
 from hw.step.attention_layer import AttentionLayer, group_layout, kv_layout
+from hw.step.channel_join import channel_layout
 from hw.step.residual import R_BITS, Residual, residual_out_layout
 from hw.step.rmsnorm import RmsNorm, rmsnorm_in_layout
 from hw.step.row_runs import weight_layout
@@ -22,11 +23,6 @@ def mlp_group_layout(cfg: AccelConfig):
     index in its frame (the replay cache's), and the MLP output's constants into the residual."""
     return data.StructLayout({"layer": index_bits(cfg.layers), "index": index_bits(cfg.tokens_per_frame),
                               "y_mult": unsigned(quant.MULT_BITS), "y_shift": unsigned(quant.SHIFT_BITS)})
-
-
-def channel_layout():
-    """One channel's norm constants."""
-    return data.StructLayout({"mult": unsigned(quant.MULT_BITS), "shift": unsigned(quant.SHIFT_BITS)})
 
 
 class DecoderLayer(wiring.Component):

@@ -104,13 +104,13 @@ def weight_frames(w, mult, shift, ni, no, f_w):
     return frames
 
 
-async def burst_monitor(dut, ch, nb, max_burst, bursts):
+async def burst_monitor(dut, ch, nb, max_burst, bursts, prefix="m_axi"):
     """Checks every burst address an AXI4 manager gives on channel ``ch`` (``"ar"`` or ``"aw"`` of
-    ``m_axi``): incrementing, ``nb`` bytes a beat, at most ``max_burst`` beats, never across a 4 KB
+    ``prefix``): incrementing, ``nb`` bytes a beat, at most ``max_burst`` beats, never across a 4 KB
     boundary; appends ``(addr, words)`` to ``bursts``."""
     from hw.lib.axi import BOUNDARY_BYTES
 
-    sig = {n: getattr(dut, f"m_axi_{ch}{n}") for n in ("valid", "ready", "addr", "len", "burst", "size")}
+    sig = {n: getattr(dut, f"{prefix}_{ch}{n}") for n in ("valid", "ready", "addr", "len", "burst", "size")}
     while True:
         await RisingEdge(dut.clk)
         if sig["valid"].value and sig["ready"].value:

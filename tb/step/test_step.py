@@ -465,3 +465,37 @@ def test_decoder_layer_from_the_residual(request, step_trace):
 def test_decoder_layer_names_a_planted_wrong_element(step_trace):
     with pytest.raises(CocotbFailure, match="step 3, layer 1, block decoder_layer, row 2, element 4"):
         run_decoder_layer(step_trace, "verilator", "plant", FASTCAR_PLANT="3:1:2:4", FASTCAR_STEPS="first:5")
+
+
+def run_decode_step(trace, sim, tag, *, taps=True, **env):
+    import json
+
+    from hw.step.decode_step import DecodeStep
+
+    cfg = step_accel(trace)
+    h, v, pr, c, p = dims(trace, "n_heads", "vocab", "prompts", "codebook", "positions")
+    key = "d{d_model}-ff{d_ff}-l{layers}-n{tokens_per_frame}-b{batch}-c{cores}x{chunks}-mv{mv_in}x{mv_out}"
+    run_block("decode_step", "cocotb_decode_step", (key.format(**cfg.to_dict()), h, v, pr, c, p, int(taps)),
+              lambda _, *a: DecodeStep(cfg, *a[:5], taps=bool(a[5])), trace, sim, tag,
+              {"FASTCAR_ACCEL": json.dumps(cfg.to_dict()), "FASTCAR_TAPS": str(int(taps)), **env})
+
+
+def test_decode_steps_whole(request, step_trace):
+    """Whole decode steps from the first: the embeddings and the KV cache over AXI4 in AxiRam, every
+    layer, the LM head and the sampler; every r_out, decision, z, token and key and value written
+    (the shipped trace: the prompt and the first 80 image tokens; the small trace: the prompt, its
+    first frame and 8 tokens of the second), on Verilator with idle inputs, backpressure and memory
+    pauses."""
+    steps = "first:85" if request.config.getoption("--step-trace", default=None) else "first:77"
+    run_decode_step(step_trace, "verilator", "stall0.2", FASTCAR_STALL="0.2", FASTCAR_SEED="30",
+                    FASTCAR_STEPS=steps)
+
+
+@pytest.mark.parametrize("plant, named", [
+    ("r_out:3:1:2:4", "step 3, layer 1, block decoder_layer, row 2, element 4"),
+    ("token:2:1", "block token head, prompt 1: RTL token")])
+def test_decode_step_names_a_planted_wrong_value(step_trace, plant, named):
+    start = load_full_step(step_trace, verify=False).manifest["prompt_len"]
+    with pytest.raises(CocotbFailure, match=named):
+        run_decode_step(step_trace, "verilator", f"plant-{plant.split(':')[0]}", FASTCAR_PLANT=plant,
+                        FASTCAR_STEPS=f"first:{start + 3}")

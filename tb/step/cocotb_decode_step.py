@@ -1,0 +1,293 @@
+"""cocotb test of whole decode steps (``hw.step.decode_step.DecodeStep`` behind its AXI-Stream adapter)
+against a full-step trace: the token embeddings and the KV cache in cocotbext-axi's ``AxiRam`` (the
+embeddings written there first, the keys and values only by the RTL), each step's command (position,
+tokens, whether it samples), the layers' weights and constants and the LM head's on their streams;
+checked: every row out of every layer (``r_out``), every decision, every guided logit ``z`` and
+token drawn, and at the end every key and value the RTL wrote to memory. The steps run in order from
+the first.
+
+Environment: ``FASTCAR_TRACE``, ``FASTCAR_ACCEL`` (the accelerator's config, JSON),
+``FASTCAR_STEPS`` (``all`` or ``first:N``), ``FASTCAR_STALL`` and ``FASTCAR_SEED`` (idle cycles
+on the inputs, backpressure on the rows out, pauses on every channel of the memory),
+``FASTCAR_TAPS`` (``1``: the build has the ``r`` and ``z`` taps, checked), ``FASTCAR_VIDEO``
+(``1``: each image step's tokens are the ones the RTL drew after the step before, fed back on chip;
+the trace's are only compared with them), ``FASTCAR_PLANT`` = ``r_out:S:L:B:E`` or ``token:K:P``
+(one expected value changed; the check must fail), ``FASTCAR_OUT`` (a JSON file: the tokens drawn,
+each step's cycles and the words read and written).
+
+Bus models: cocotbext-axi ``AxiStreamSource`` on every input stream, ``AxiStreamSink`` on every
+output, ``AxiRam`` on ``rd_*`` and ``wr_*``, and a monitor on each address channel that checks and
+counts every burst. The scoreboard counts steps in against rows, decisions and tokens out.
+"""
+
+import json
+import os
+
+import cocotb
+import numpy as np
+from cocotb.clock import Clock
+from cocotb.triggers import ClockCycles, RisingEdge
+from cocotbext.axi import (
+    AxiBus,
+    AxiRam,
+    AxiReadBus,
+    AxiStreamFrame,
+    AxiStreamSink,
+    AxiStreamSource,
+    AxiWriteBus,
+)
+
+from hw.board.host import config_words
+from hw.step.attention_layer import group_layout
+from hw.step.channel_join import channel_layout
+from hw.step.decode_step import decode_command_layout
+from hw.step.decoder_layer import mlp_group_layout
+from hw.step.residual import residual_out_layout
+from hw.step.row_runs import weight_layout
+from hw.step.sampler import sampler_out_layout, sampler_z_layout, seed_layout
+from hw.step.step_memory import kv_entry_words
+from hw.step.tas_tap import decision_layout
+from sw.config import AccelConfig
+from sw.golden import quant
+from sw.trace.full_step import load_full_step
+from tb.stalls import random_pauses
+from tb.step.bench import (
+    CLOCK_NS,
+    Bench,
+    burst_monitor,
+    fields,
+    pack,
+    stall_settings,
+    stream_model,
+    unpack,
+    weight_frames,
+)
+from tb.step.cocotb_step_mlp import position, step_layers
+
+MEM_BYTES = 1 << 23
+PAGE = 4096
+#: Steps the feed runs ahead of the checks.
+AHEAD = 2
+
+
+def memory_map(m):
+    """Byte addresses of the embeddings, the spatial embeddings and the KV cache."""
+    dims = m["dims"]
+    d = dims["d_model"]
+    emb = 0
+    spatial = -(-dims["vocab"] * d * 4 // PAGE) * PAGE
+    kv = spatial + -(-dims["tokens_per_frame"] * d * 4 // PAGE) * PAGE
+    return emb, spatial, kv
+
+
+def kv_address(kv_base, dims, dw, li, b, h, p):
+    """Where the RTL keeps layer ``li``'s row ``b``'s head ``h``'s key and value of position ``p``."""
+    stride = kv_entry_words(dims["head_dim"], dw) * dw // 8
+    return kv_base + (((li * dims["batch"] + b) * dims["n_heads"] + h) * dims["positions"] + p) * stride
+
+
+class TB:
+    def __init__(self, dut, taps):
+        self.dut = dut
+        cocotb.start_soon(Clock(dut.clk, CLOCK_NS, unit="ns").start())
+        self.src = {n: stream_model(AxiStreamSource, dut, f"s_axis_{n}", stall_seed=s)
+                    for n, s in (("i", None), ("n1", 1), ("nf", 2), ("w", 3), ("wo", 4), ("grp", None),
+                                 ("cfg", None), ("n2", None), ("mg", None), ("hw", 5), ("seed", None))}
+        outs = [("o", 7), ("d", None)] + ([("r", 8), ("z", None)] if taps else [])
+        self.out = {n: stream_model(AxiStreamSink, dut, f"m_axis_{n}", stall_seed=s) for n, s in outs}
+        self.ram = AxiRam(AxiBus(AxiWriteBus.from_prefix(dut, "wr"), AxiReadBus.from_prefix(dut, "rd")),
+                          dut.clk, dut.rst, size=MEM_BYTES)
+        for intf in (self.ram.write_if, self.ram.read_if):
+            intf.log.setLevel("WARNING")
+        p, seed = stall_settings()
+        if p:
+            for n, ch in enumerate((self.ram.read_if.ar_channel, self.ram.read_if.r_channel,
+                                    self.ram.write_if.aw_channel, self.ram.write_if.w_channel,
+                                    self.ram.write_if.b_channel)):
+                ch.set_pause_generator(random_pauses(seed + 31 + n, p))
+
+    reset = Bench.reset
+
+
+@cocotb.test()
+async def decode_steps(dut):
+    tr = load_full_step(os.environ["FASTCAR_TRACE"], verify=False)
+    m, t = tr.manifest, tr.t
+    dims, dec = m["dims"], m["decode"]
+    S, L, B, d, H, dh, N, PR, NS, C = (dims[k] for k in ("steps", "layers", "batch", "d_model", "n_heads",
+                                                         "head_dim", "tokens_per_frame", "prompts", "samples",
+                                                         "codebook"))
+    start, off = m["prompt_len"], m["image_token_offset"]
+    L0 = start - 1                                      # sample k is drawn after step L0 + k
+    cfg = AccelConfig.from_dict(json.loads(os.environ["FASTCAR_ACCEL"]))
+    ni, no = cfg.mv_in, cfg.mv_out
+    spec = os.environ.get("FASTCAR_STEPS", "all")
+    steps = list(range(S if spec == "all" else min(S, int(spec.split(":")[1]))))
+    taps = os.environ.get("FASTCAR_TAPS", "1") == "1"
+    video = os.environ.get("FASTCAR_VIDEO", "0") == "1"
+    guided = dec["cfg_scale"] is not None
+    fastcar = dec["tau"] is not None
+    sp = dec["sparse"]
+
+    r_out = t["r_out"].astype(np.int64).copy()
+    want_tok = t["sample_token"].astype(np.int64).copy()
+    plant = os.environ.get("FASTCAR_PLANT", "")
+    if plant:
+        kind, *idx = plant.split(":")
+        idx = tuple(int(i) for i in idx)
+        if kind == "r_out":
+            r_out[idx] += 1
+        else:
+            want_tok[idx] = (want_tok[idx] + 1) % C
+
+    tb = TB(dut, taps)
+    dw = len(dut.rd_rdata)
+    emb_base, spatial_base, kv_base = memory_map(m)
+    tb.ram.write(emb_base, t["emb"].astype("<i4").tobytes())
+    tb.ram.write(spatial_base, t["spatial"].astype("<i4").tobytes())
+    for name, v in (("eps", int(m["eps"])), ("gain", int(dec["cfg_gain"] or 0)), ("guided", int(guided)),
+                    ("greedy", int(dec["temperature"] == 0)), ("emb_base", emb_base),
+                    ("spatial_base", spatial_base), ("kv_base", kv_base), ("token_offset", off),
+                    ("sinks", sp["sinks"] if sp else 0), ("window", sp["window"] if sp else 0)):
+        getattr(dut, name).value = v
+    await tb.reset()
+    bursts = {"ar": [], "aw": []}
+    for ch, pre in (("ar", "rd"), ("aw", "wr")):
+        cocotb.start_soon(burst_monitor(dut, ch, dw // 8, 16, bursts[ch], prefix=pre))
+    await tb.src["cfg"].send(AxiStreamFrame(config_words(cfg, step_layers(t, L))))
+    await tb.src["cfg"].wait()
+    f_seed = fields(seed_layout(PR))
+    for p in range(PR):
+        await tb.src["seed"].send(AxiStreamFrame([pack(f_seed, prompt=p,
+                                                       state=quant.sampler_state(int(dec["seed"]), p))]))
+    await tb.src["seed"].wait()
+    await ClockCycles(dut.clk, 4)
+
+    # ---- what each step takes ----------------------------------------------------------------------
+    f_i = fields(decode_command_layout(B, dims["vocab"], dims["positions"], N))
+    f_ch, f_mg = fields(channel_layout()), fields(mlp_group_layout(cfg))
+    f_g, f_w = fields(group_layout(dh, dims["positions"])), fields(weight_layout(ni, no))
+    chans = {n: [[pack(f_ch, mult=int(t[f"{n}_mult"][li, e]), shift=int(t[f"{n}_shift"][li, e]))
+                  for e in range(d)] for li in range(L)] for n in ("n1", "n2")}
+    nf = [pack(f_ch, mult=int(t["nf_mult"][e]), shift=int(t["nf_shift"][e])) for e in range(d)]
+    weights = []
+    for li in range(L):
+        qkv = []
+        for n in ("q", "k", "v"):
+            qkv += weight_frames(t[f"w{n}"][li], t[f"{n}_mult"][li], t[f"{n}_shift"][li], ni, no, f_w)
+        weights.append((qkv, weight_frames(t["wo"][li], t["o_mult"][li], t["o_shift"][li], ni, no, f_w)))
+    head = weight_frames(t["head"][:, off:off + C].astype(np.int8), t["logit_mult"], t["logit_shift"], ni, no,
+                         f_w)
+    done = {"steps": 0}
+
+    def sampling(s):
+        return L0 <= s < L0 + NS
+
+    async def feed():
+        for s in steps:
+            while done["steps"] < s - AHEAD:
+                await RisingEdge(dut.clk)
+            frame, index = position(s, start, N)
+            cmd = {"step.pos": s, "step.index": index, "step.spatial": int(s >= start),
+                   "step.replaying": int(fastcar and s - start >= N), "sample": int(sampling(s)),
+                   "feedback": int(video and s >= start)}
+            cmd.update({f"step.token.{b}": int(t["token"][s, b]) for b in range(B)})
+            await tb.src["i"].send(AxiStreamFrame([pack(f_i, **cmd)]))
+            for li in range(L):
+                g = {f"{x}.{e}": int(t[f"rope_{x}"][s, e]) for x in ("c", "s") for e in range(dh // 2)}
+                g.update(history=0, a_exp=int(t["a_exp"][li]), a_mult=int(t["a_mult"][li]),
+                         a_shift=int(t["a_shift"][li]), threshold=int(t["threshold"][li]))
+                await tb.src["grp"].send(AxiStreamFrame([pack(f_g, **g)]))
+                await tb.src["mg"].send(AxiStreamFrame([pack(f_mg, layer=li, index=index,
+                                                             y_mult=int(t["y_mult"][li]),
+                                                             y_shift=int(t["y_shift"][li]))]))
+                await tb.src["n1"].send(AxiStreamFrame(chans["n1"][li]))
+                await tb.src["n2"].send(AxiStreamFrame(chans["n2"][li]))
+                for fr in weights[li][0]:
+                    await tb.src["w"].send(AxiStreamFrame(fr))
+                for fr in weights[li][1]:
+                    await tb.src["wo"].send(AxiStreamFrame(fr))
+            if sampling(s):
+                await tb.src["nf"].send(AxiStreamFrame(nf))
+                for _ in range(PR):
+                    for fr in head:
+                        await tb.src["hw"].send(AxiStreamFrame(fr))
+
+    decisions = []
+
+    async def collect(name, into):
+        while True:
+            into.extend((await tb.out[name].recv()).tdata)
+
+    cocotb.start_soon(feed())
+    cocotb.start_soon(collect("d", decisions))
+    f_r, f_d = fields(residual_out_layout()), fields(decision_layout())
+    f_o, f_z = fields(sampler_out_layout(PR, C)), fields(sampler_z_layout(PR, C))
+    drawn, cycles = [], []
+    t0 = cocotb.utils.get_sim_time("ns")
+    for s in steps:
+        if taps:
+            for li in range(L):
+                for b in range(B):
+                    where = f"step {s}, layer {li}, block decoder_layer, row {b}"
+                    got = [unpack(f_r, w, "data.r") for w in (await tb.out["r"].recv()).tdata]
+                    assert len(got) == d, f"{where}: {len(got)} elements out, expected {d}"
+                    for e in range(d):
+                        assert got[e] == r_out[s, li, b, e], (f"{where}, element {e}: RTL r_out {got[e]}, "
+                                                              f"expected {r_out[s, li, b, e]}")
+        if sampling(s):
+            k = s - L0
+            for p in range(PR):
+                where = f"step {s} (sample {k}), block token head, prompt {p}"
+                word = (await tb.out["o"].recv()).tdata[0]
+                if taps:
+                    zs = []
+                    while len(zs) < C:
+                        zs += (await tb.out["z"].recv()).tdata
+                    for n, zw in enumerate(zs):
+                        zv = unpack(f_z, zw, "data.z")
+                        assert zv == t["sample_z"][k, p, n], (f"{where}, element {n}: RTL z {zv}, "
+                                                              f"expected {t['sample_z'][k, p, n]}")
+                got_p, tok = unpack(f_o, word, "data.prompt"), unpack(f_o, word, "data.token")
+                assert got_p == p, f"{where}: the token is prompt {got_p}'s"
+                assert tok == want_tok[k, p], f"{where}: RTL token {tok}, expected {want_tok[k, p]}"
+                drawn.append(tok)
+        now = cocotb.utils.get_sim_time("ns")
+        cycles.append(int((now - t0) // CLOCK_NS))
+        t0 = now
+        done["steps"] += 1
+        if s % 32 == 0 or s == steps[-1]:
+            dut._log.info(f"step {s}: bit-exact ({cycles[-1]} cycles)")
+
+    for _ in range(100):
+        await RisingEdge(dut.clk)
+    for name, sink in tb.out.items():
+        assert sink.empty(), f"more beats on m_axis_{name} than the steps in make"
+    assert int(dut.error.value) == 0, "an AXI answer other than OKAY"
+    rows = len(steps) * L * B
+    assert len(decisions) == rows, f"scoreboard: {rows} rows in, {len(decisions)} decisions out"
+    for n, word in enumerate(decisions):
+        s, li, b = steps[n // (L * B)], n // B % L, n % B
+        got = (unpack(f_d, word, "data.tas"), unpack(f_d, word, "data.replay"))
+        assert got == (int(t["tas"][s, li, b]), int(t["replay"][s, li, b])), \
+            f"step {s}, layer {li}, block decoder_layer, row {b}: RTL decision {got}"
+    # Every key and value the RTL wrote, where the reads found them.
+    ew = kv_entry_words(dh, dw) * dw // 8
+    for s in steps:
+        for li in range(L):
+            for b in range(B):
+                for h in range(H):
+                    got = np.frombuffer(tb.ram.read(kv_address(kv_base, dims, dw, li, b, h, s), ew), np.int8)
+                    want = np.concatenate([t["k"][s, li, b, h], t["v"][s, li, b, h]])
+                    assert (got[:2 * dh] == want).all(), \
+                        (f"step {s}, layer {li}, block kv cache, row {b}, head {h}: RTL wrote "
+                         f"{list(got[:2 * dh])}")
+    reads, writes = sum(n for _, n in bursts["ar"]), sum(n for _, n in bursts["aw"])
+    replays = int(t["replay"][steps].sum())
+    dut._log.info(f"decode_step: {len(steps)} steps ({rows} rows, {replays} replayed), {len(drawn)} tokens "
+                  f"bit-exact{' (fed back on chip)' if video else ''}; {sum(cycles)} cycles, "
+                  f"{reads * dw // 8} bytes read, {writes * dw // 8} written")
+    if os.environ.get("FASTCAR_OUT"):
+        with open(os.environ["FASTCAR_OUT"], "w") as f:
+            json.dump({"steps": steps, "tokens": drawn, "cycles": cycles, "read_bytes": reads * dw // 8,
+                       "write_bytes": writes * dw // 8, "data_width": dw, "video": video}, f)
