@@ -25,7 +25,8 @@ class AxiReader(wiring.Component):
 
     The region is cut into incrementing bursts of at most ``max_burst`` words that do not cross a
     4 KB boundary. A burst is requested only when the prefetch buffer (``depth`` words) has room
-    for all of it beside the words already requested, so ``rready`` is always high and the
+    for all of it beside the words already requested, so ``rready`` is high from the cycle after
+    the burst's address (the earliest a memory may answer, where it waits one cycle) and the
     memory's latency is hidden as long as the consumer is slower than the buffer is deep. Every
     response is checked: ``error`` is set (and held) on a response other than OKAY.
 
@@ -107,7 +108,9 @@ class AxiReader(wiring.Component):
         m.submodules.buf = buf = fifo.SyncFIFOBuffered(width=self._dw + 1, depth=D)
         word = Signal(read_word_layout(self._dw))
         r_fire = Signal()
-        m.d.comb += [bus.rready.eq(1), r_fire.eq(bus.rvalid & bus.rready),
+        # rready waits only for the burst's own record (a memory may answer the cycle after the
+        # address; the record's queue shows it a cycle later).
+        m.d.comb += [bus.rready.eq(bursts.r_rdy), r_fire.eq(bus.rvalid & bus.rready),
                      word.data.eq(bus.rdata), word.last.eq(bus.rlast & bursts.r_data),
                      buf.w_en.eq(r_fire), buf.w_data.eq(word),
                      bursts.r_en.eq(r_fire & bus.rlast)]
