@@ -129,14 +129,28 @@ def step(session):
     verifies it against the golden model, and runs the block testbenches on Verilator.
     ``nox -s step [-- --mode fastcar|dense|sparse|fastcar+sparse|all] [-- pytest options]``: the trace's
     mode (default fastcar, dense attention; ``all``: the four one after another, each its own
-    trace, build/traces/full_step_<mode> but fastcar's)."""
+    trace, build/traces/full_step_<mode> but fastcar's). ``nox -s step -- --video [--prompt P]
+    [--mode M]``: the whole 8-frame generation in RTL simulation, the RTL's tokens fed back on chip
+    (tb/step/video.py; default mode fastcar+sparse), into build/step/video."""
     install(session, "ml,hw,sim")
     link_verilator(session)
     import argparse
 
     ap = argparse.ArgumentParser(prog="nox -s step --")
-    ap.add_argument("--mode", choices=[*STEP_MODES, "all"], default="fastcar")
+    ap.add_argument("--mode", choices=[*STEP_MODES, "all"], default=None)
+    ap.add_argument("--video", action="store_true",
+                    help="generate a whole video in RTL simulation (default mode fastcar+sparse)")
+    ap.add_argument("--prompt", action="append", default=[], help="with --video: a prompt (repeatable)")
     args, rest = ap.parse_known_args(session.posargs)
+    if args.video:
+        mode = args.mode or "fastcar+sparse"
+        if mode == "all":
+            session.error("--video takes one mode")
+        prompts = [x for p in args.prompt for x in ("--prompt", p)]
+        session.run("python", "-m", "tb.step.video", "--force", *prompts,
+                    f"--export-flags={' '.join(STEP_MODES[mode])}", *rest)
+        return
+    args.mode = args.mode or "fastcar"
     for mode in (STEP_MODES if args.mode == "all" else [args.mode]):
         trace = "build/traces/full_step" + ("" if mode == "fastcar" else "_" + mode.replace("+", "_"))
         session.log(f"mode {mode}: {trace}")

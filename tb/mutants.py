@@ -294,6 +294,15 @@ MUTANTS = [
     _m("decoder-layer-replay-dropped", "decoder layer: rows go to the MLP without their replay bit, so "
        "every row computes", "hw/step/decoder_layer.py", "x.replay.eq(dec.data.replay)", "x.replay.eq(0)",
        "tests/test_decoder_layer.py"),
+    _m("step-memory-no-mark", "step memory: the position one frame back is never marked, so FastCar "
+       "never scores it", "hw/step/step_memory.py", "kv_tas.eq(this_pos == k.mark)", "kv_tas.eq(0)",
+       "tests/test_step_memory.py"),
+    _m("axi-reader-rready-early", "AXI read manager: rready before the burst's record is in its queue, so "
+       "a prompt memory's answer takes the record of the burst before", "hw/step/axi_reader.py",
+       "bus.rready.eq(bursts.r_rdy)", "bus.rready.eq(1)", "tests/test_step_memory.py"),
+    _m("channel-join-stale", "channel join: a group's constants are not taken again, so every group "
+       "gets the first's", "hw/step/channel_join.py", "m.d.sync += got.eq(0)", "m.d.sync += got.eq(got)",
+       "tests/test_step_memory.py"),
 ]
 
 

@@ -175,7 +175,9 @@ def test_channel_join_attaches_each_rows_constants():
         consts = [(g, e) for g in range(3) for e in range(4)]
         rows = [(g, e) for g in range(3) for e in range(8)]
         ctx.set(dut.o.ready, 1)
-        while len(out) < len(rows):
+        for _ in range(2000):
+            if len(out) == len(rows):
+                break
             ctx.set(dut.c.valid, int(ci < len(consts) and rng.random() > 0.3))
             if ci < len(consts):
                 g, e = consts[ci]

@@ -34,9 +34,10 @@ class SoftmaxAv(wiring.Component):
     Phases per head: **in**, the positions one per cycle into a buffer while the maximum score is
     kept; **exp**, the buffer read one position per cycle through a 4-stage pipeline (the word
     registered, the exponent, the table, the ``head_dim`` products added into the accumulators);
-    **divide**, each output
-    element by restoring division, one quotient bit per cycle, rounded to nearest, ties to even,
-    and saturated. The scores come from the MAC array in the whole step; here they are an input.
+    **load**, each element's numerator ``o[i] * a_mult`` into its divider lane, one a cycle;
+    **divide**, every lane at once by restoring division, one quotient bit per cycle (``NUM_BITS``
+    cycles); **round**, each lane rounded to nearest, ties to even, saturated and sent, one a
+    cycle. A head of ``n`` positions: about ``2 n + 2 head_dim + NUM_BITS`` cycles. The scores come from the MAC array in the whole step; here they are an input.
 
     Parameters
     ----------
@@ -119,13 +120,15 @@ class SoftmaxAv(wiring.Component):
         with m.Elif(v3):
             m.d.sync += [E.eq(E + e3), *[o[i].eq(o[i] + e3 * vv3[i]) for i in range(DH)]]
 
-        # Division: |o[i] * a_mult| by D = E << a_shift, one bit per cycle.
+        # Division: |o[i] * a_mult| by D = E << a_shift, one quotient bit a cycle, every element's
+        # lane at once: the numerators loaded one a cycle (one multiplier), NB steps, then each
+        # lane rounded and pushed one a cycle.
         elem = Signal(range(DH + 1))
-        num = Signal(signed(NB + 1))
-        mag = Signal(NB)
+        neg = Signal(DH)
+        mag = [Signal(NB, name=f"mag_{i}") for i in range(DH)]
+        rem = [Signal(NB + quant.SHIFT_MAX + 2, name=f"rem_{i}") for i in range(DH)]
+        quo = [Signal(NB, name=f"quo_{i}") for i in range(DH)]
         den = Signal(NB + quant.SHIFT_MAX + 1)
-        rem = Signal(len(den) + 1)
-        quo = Signal(NB)
         step = Signal(range(NB + 1))
         m.submodules.queue = queue = fifo.SyncFIFOBuffered(width=9, depth=4)
         push_y = Signal(signed(8))
@@ -153,46 +156,51 @@ class SoftmaxAv(wiring.Component):
             with m.State("drain"):
                 m.d.sync += wait.eq(wait - 1)
                 with m.If(wait == 0):
-                    m.d.sync += elem.eq(0)
+                    m.d.sync += [elem.eq(0), den.eq(E << self.a_shift)]
                     m.next = "load"
             with m.State("load"):
+                x = Signal(signed(NB + 1))
+                m.d.comb += x.eq(Array(o)[elem] * self.a_mult)
+                for i in range(DH):
+                    with m.If(elem == i):
+                        m.d.sync += [neg[i].eq(x < 0), mag[i].eq(Mux(x < 0, -x, x)), rem[i].eq(0)]
+                m.d.sync += elem.eq(elem + 1)
+                with m.If(elem == DH - 1):
+                    m.d.sync += step.eq(0)
+                    m.next = "divide"
+            with m.State("divide"):
+                for i in range(DH):
+                    nrem = Cat(mag[i].bit_select((NB - 1 - step)[:8], 1), rem[i][:-1])
+                    with m.If(nrem >= den):
+                        m.d.sync += [rem[i].eq(nrem - den), quo[i].eq(Cat(1, quo[i][:-1]))]
+                    with m.Else():
+                        m.d.sync += [rem[i].eq(nrem), quo[i].eq(Cat(0, quo[i][:-1]))]
+                m.d.sync += step.eq(step + 1)
+                with m.If(step == NB - 1):
+                    m.d.sync += elem.eq(0)
+                    m.next = "round"
+            with m.State("round"):
+                # floor division of the signed numerator, then ties to even (quant.div_rne).
                 with m.If(elem == DH):
                     m.d.sync += count.eq(0)
                     m.next = "in"
                 with m.Elif(queue.w_rdy):
-                    x = Signal(signed(NB + 1))
-                    m.d.comb += x.eq(Array(o)[elem] * self.a_mult)
-                    m.d.sync += [num.eq(x), mag.eq(Mux(x < 0, -x, x)), den.eq(E << self.a_shift),
-                                 rem.eq(0), quo.eq(0), step.eq(0)]
-                    m.next = "divide"
-            with m.State("divide"):
-                nrem = Cat(mag.bit_select((NB - 1 - step)[:8], 1), rem[:-1])
-                with m.If(nrem >= den):
-                    m.d.sync += [rem.eq(nrem - den), quo.eq(Cat(1, quo[:-1]))]
-                with m.Else():
-                    m.d.sync += [rem.eq(nrem), quo.eq(Cat(0, quo[:-1]))]
-                m.d.sync += step.eq(step + 1)
-                with m.If(step == NB - 1):
-                    m.next = "round"
-            with m.State("round"):
-                # floor division of the signed numerator, then ties to even (quant.div_rne).
-                neg = num < 0
-                q = Signal(signed(NB + 2))
-                r = Signal(len(rem))
-                with m.If(~neg):
-                    m.d.comb += [q.eq(quo), r.eq(rem)]
-                with m.Elif(rem == 0):
-                    m.d.comb += [q.eq(-quo), r.eq(0)]
-                with m.Else():
-                    m.d.comb += [q.eq(-quo - 1), r.eq(den - rem)]
-                r2 = Cat(0, r)
-                up = (r2 > den) | ((r2 == den) & q[0])
-                qq = Signal(signed(NB + 3))
-                m.d.comb += qq.eq(q + up)
-                m.d.comb += [push.eq(1), push_last.eq(elem == DH - 1),
-                             push_y.eq(Mux(qq > 127, 127, Mux(qq < -128, -128, qq)))]
-                m.d.sync += elem.eq(elem + 1)
-                m.next = "load"
+                    quo_e, rem_e = Array(quo)[elem], Array(rem)[elem]
+                    q = Signal(signed(NB + 2))
+                    r = Signal(len(rem[0]))
+                    with m.If(~neg.bit_select(elem, 1)):
+                        m.d.comb += [q.eq(quo_e), r.eq(rem_e)]
+                    with m.Elif(rem_e == 0):
+                        m.d.comb += [q.eq(-quo_e), r.eq(0)]
+                    with m.Else():
+                        m.d.comb += [q.eq(-quo_e - 1), r.eq(den - rem_e)]
+                    r2 = Cat(0, r)
+                    up = (r2 > den) | ((r2 == den) & q[0])
+                    qq = Signal(signed(NB + 3))
+                    m.d.comb += qq.eq(q + up)
+                    m.d.comb += [push.eq(1), push_last.eq(elem == DH - 1),
+                                 push_y.eq(Mux(qq > 127, 127, Mux(qq < -128, -128, qq)))]
+                    m.d.sync += elem.eq(elem + 1)
         m.d.comb += [queue.w_en.eq(push), queue.w_data.eq(Cat(push_y, push_last))]
         m.d.comb += [self.o.valid.eq(queue.r_rdy), self.o.p.data.y.eq(queue.r_data[:8]),
                      self.o.p.last.eq(queue.r_data[8]), queue.r_en.eq(self.o.ready)]

@@ -252,6 +252,8 @@ async def decode_steps(dut):
                 assert got_p == p, f"{where}: the token is prompt {got_p}'s"
                 assert tok == want_tok[k, p], f"{where}: RTL token {tok}, expected {want_tok[k, p]}"
                 drawn.append(tok)
+        while len(decisions) < (len(cycles) + 1) * L * B:      # the step's last layer has left the MLP
+            await RisingEdge(dut.clk)
         now = cocotb.utils.get_sim_time("ns")
         cycles.append(int((now - t0) // CLOCK_NS))
         t0 = now

@@ -499,3 +499,18 @@ def test_decode_step_names_a_planted_wrong_value(step_trace, plant, named):
     with pytest.raises(CocotbFailure, match=named):
         run_decode_step(step_trace, "verilator", f"plant-{plant.split(':')[0]}", FASTCAR_PLANT=plant,
                         FASTCAR_STEPS=f"first:{start + 3}")
+
+
+def test_decode_steps_make_the_video(small_trace, tmp_path):
+    """The small trace's whole generation (the prompt and 2 frames) by the RTL alone: after the prompt,
+    each step's tokens are the ones the RTL drew after the step before (fed back on chip), each
+    compared with the golden model's as it is drawn, and every key and value it wrote."""
+    import json
+
+    out = tmp_path / "rtl.json"
+    run_decode_step(small_trace, "verilator", "video", taps=False, FASTCAR_VIDEO="1", FASTCAR_STEPS="all",
+                    FASTCAR_OUT=str(out))
+    tr = load_full_step(small_trace, verify=False)
+    rtl = json.loads(out.read_text())
+    assert rtl["video"] and len(rtl["steps"]) == tr.manifest["dims"]["steps"]
+    assert rtl["tokens"] == tr.t["sample_token"].reshape(-1).tolist()
