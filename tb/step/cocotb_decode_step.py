@@ -12,14 +12,16 @@ on the inputs, backpressure on the rows out, pauses on every channel of the memo
 ``FASTCAR_TAPS`` (``1``: the build has the ``r`` and ``z`` taps, checked), ``FASTCAR_VIDEO``
 (``1``: each image step's tokens are the ones the RTL drew after the step before, fed back on chip;
 the trace's are only compared with them), ``FASTCAR_PLANT`` = ``r_out:S:L:B:E`` or ``token:K:P``
-(one expected value changed; the check must fail), ``FASTCAR_OUT`` (a JSON file: the tokens drawn,
-each step's cycles and the words read and written).
+(one expected value changed; the check must fail), ``FASTCAR_SDRAM`` (bytes a cycle the memory
+moves on its R and W channels, the SDRAM's bandwidth; default: a beat a cycle), ``FASTCAR_OUT`` (a
+JSON file: the tokens drawn, each step's cycles and the bytes read and written by then).
 
 Bus models: cocotbext-axi ``AxiStreamSource`` on every input stream, ``AxiStreamSink`` on every
 output, ``AxiRam`` on ``rd_*`` and ``wr_*``, and a monitor on each address channel that checks and
 counts every burst. The scoreboard counts steps in against rows, decisions and tokens out.
 """
 
+import itertools
 import json
 import os
 
@@ -105,6 +107,12 @@ class TB:
                                     self.ram.write_if.aw_channel, self.ram.write_if.w_channel,
                                     self.ram.write_if.b_channel)):
                 ch.set_pause_generator(random_pauses(seed + 31 + n, p))
+        bpc = float(os.environ.get("FASTCAR_SDRAM", "0"))
+        if bpc:
+            # The SDRAM's bandwidth: a data beat every nb / bpc cycles on the R and W channels.
+            k = max(1, round(len(dut.rd_rdata) // 8 / bpc))
+            for ch in (self.ram.read_if.r_channel, self.ram.write_if.w_channel):
+                ch.set_pause_generator(itertools.cycle([True] * (k - 1) + [False]))
 
     reset = Bench.reset
 
@@ -223,7 +231,8 @@ async def decode_steps(dut):
     cocotb.start_soon(collect("d", decisions))
     f_r, f_d = fields(residual_out_layout()), fields(decision_layout())
     f_o, f_z = fields(sampler_out_layout(PR, C)), fields(sampler_z_layout(PR, C))
-    drawn, cycles = [], []
+    drawn, cycles, step_bytes = [], [], []
+    moved = [0, 0]
     t0 = cocotb.utils.get_sim_time("ns")
     for s in steps:
         if taps:
@@ -256,6 +265,9 @@ async def decode_steps(dut):
             await RisingEdge(dut.clk)
         now = cocotb.utils.get_sim_time("ns")
         cycles.append(int((now - t0) // CLOCK_NS))
+        words = [sum(n for _, n in bursts[ch]) for ch in ("ar", "aw")]
+        step_bytes.append([(w - m0) * dw // 8 for w, m0 in zip(words, moved, strict=True)])
+        moved = words
         t0 = now
         done["steps"] += 1
         if s % 32 == 0 or s == steps[-1]:
@@ -292,4 +304,6 @@ async def decode_steps(dut):
     if os.environ.get("FASTCAR_OUT"):
         with open(os.environ["FASTCAR_OUT"], "w") as f:
             json.dump({"steps": steps, "tokens": drawn, "cycles": cycles, "read_bytes": reads * dw // 8,
-                       "write_bytes": writes * dw // 8, "data_width": dw, "video": video}, f)
+                       "write_bytes": writes * dw // 8, "step_bytes": step_bytes, "data_width": dw,
+                       "video": video, "stall": stall_settings()[0],
+                       "sdram_bytes_per_cycle": float(os.environ.get("FASTCAR_SDRAM", "0"))}, f)
