@@ -8,6 +8,7 @@ Every session installs what it needs into its own virtualenv, including the Veri
 
 import argparse
 import hashlib
+import runpy
 from pathlib import Path
 
 import nox
@@ -111,15 +112,9 @@ def sim(session):
                 *rest, env=env)
 
 
-#: The full-step trace's modes for ``nox -s step -- --mode M``: the export flags of each. Dense is
-#: FastCar with a threshold no TAS reaches (the same decisions made, none replays); sparse attention
-#: is 5 sinks and a 65-token window, which reaches the position one frame (64 tokens) earlier.
-STEP_MODES = {
-    "fastcar": [],
-    "dense": ["--tau", "inf"],
-    "sparse": ["--tau", "inf", "--sparse-window", "65", "--sinks", "5"],
-    "fastcar+sparse": ["--sparse-window", "65", "--sinks", "5"],
-}
+#: The full-step trace's modes for ``nox -s step -- --mode M``: the export flags of each
+#: (tb/step/modes.py, read without importing the project).
+STEP_MODES = runpy.run_path(str(Path(__file__).parent / "tb" / "step" / "modes.py"))["STEP_MODES"]
 
 
 @nox.session(python=PYTHON)
@@ -141,7 +136,12 @@ def step(session):
     ap.add_argument("--video", action="store_true",
                     help="generate a whole video in RTL simulation (default mode fastcar+sparse)")
     ap.add_argument("--prompt", action="append", default=[], help="with --video: a prompt (repeatable)")
+    ap.add_argument("--calibrate", action="store_true",
+                    help="RTL cycles and SDRAM bytes of the four modes against the system model")
     args, rest = ap.parse_known_args(session.posargs)
+    if args.calibrate:
+        session.run("python", "-m", "tb.step.calibrate", "--force", *rest)
+        return
     if args.video:
         mode = args.mode or "fastcar+sparse"
         if mode == "all":

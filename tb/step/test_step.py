@@ -467,7 +467,9 @@ def test_decoder_layer_names_a_planted_wrong_element(step_trace):
         run_decoder_layer(step_trace, "verilator", "plant", FASTCAR_PLANT="3:1:2:4", FASTCAR_STEPS="first:5")
 
 
-def run_decode_step(trace, sim, tag, *, taps=True, **env):
+def run_decode_step(trace, sim, tag, *, taps=True, variant="", **env):
+    """The whole step on ``trace``; ``variant`` names a build directory of its own (a long run beside
+    another on the same build)."""
     import json
 
     from hw.step.decode_step import DecodeStep
@@ -475,11 +477,13 @@ def run_decode_step(trace, sim, tag, *, taps=True, **env):
     cfg = step_accel(trace)
     h, v, pr, c, p = dims(trace, "n_heads", "vocab", "prompts", "codebook", "positions")
     key = "d{d_model}-ff{d_ff}-l{layers}-n{tokens_per_frame}-b{batch}-c{cores}x{chunks}-mv{mv_in}x{mv_out}"
+    key += f"-{variant}" if variant else ""
     run_block("decode_step", "cocotb_decode_step", (key.format(**cfg.to_dict()), h, v, pr, c, p, int(taps)),
               lambda _, *a: DecodeStep(cfg, *a[:5], taps=bool(a[5])), trace, sim, tag,
               {"FASTCAR_ACCEL": json.dumps(cfg.to_dict()), "FASTCAR_TAPS": str(int(taps)), **env})
 
 
+@pytest.mark.xdist_group("decode_step")
 def test_decode_steps_whole(request, step_trace):
     """Whole decode steps from the first: the embeddings and the KV cache over AXI4 in AxiRam, every
     layer, the LM head and the sampler; every r_out, decision, z, token and key and value written
@@ -491,6 +495,7 @@ def test_decode_steps_whole(request, step_trace):
                     FASTCAR_STEPS=steps)
 
 
+@pytest.mark.xdist_group("decode_step")
 @pytest.mark.parametrize("plant, named", [
     ("r_out:3:1:2:4", "step 3, layer 1, block decoder_layer, row 2, element 4"),
     ("token:2:1", "block token head, prompt 1: RTL token")])
@@ -501,6 +506,7 @@ def test_decode_step_names_a_planted_wrong_value(step_trace, plant, named):
                         FASTCAR_STEPS=f"first:{start + 3}")
 
 
+@pytest.mark.xdist_group("decode_step")
 def test_decode_steps_make_the_video(small_trace, tmp_path):
     """The small trace's whole generation (the prompt and 2 frames) by the RTL alone: after the prompt,
     each step's tokens are the ones the RTL drew after the step before (fed back on chip), each

@@ -71,7 +71,7 @@ def main(argv=None) -> int:
     ap.add_argument("--force", action="store_true", help="overwrite an existing output directory")
     ap.add_argument("--export-flags", default="", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
-    rep = run(args.out, args.prompt, args.export_flags.split(), force=args.force)
+    rep = run(args.out.resolve(), args.prompt, args.export_flags.split(), force=args.force)
     print(json.dumps(rep, indent=1))
     return 0 if rep["identical_to_golden"] else 1
 

@@ -1,0 +1,74 @@
+"""The decode step as built in RTL (:class:`hw.step.decode_step.DecodeStep`): its SDRAM bytes per step,
+exactly, and its cycles per step, from a linear model whose coefficients are fitted on RTL runs.
+
+Bytes (:class:`hw.step.step_memory.StepMemory`): each row's int32 embedding (``d * 4`` bytes) and,
+on an image step, its int32 spatial row; for each layer, row and head, the attended earlier
+positions' keys and values read and the new one written, ``kv_entry_words * data_width / 8`` bytes
+each.
+
+Cycles: ``c_step + c_sample * samples + c_position * positions + c_row * computed_rows +
+c_group * computing_groups``, where ``positions`` is the attended positions summed over layers,
+rows and heads (the current one included), ``computed_rows`` the MLP rows not replayed and
+``computing_groups`` the layers in which at least one row computes. :func:`fit` takes the
+coefficients from measured steps (least squares); ``tb/step/calibrate.py`` fits them on some modes
+and checks them on the others.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+FEATURES = ("step", "sample", "position", "computed_row", "computing_group")
+
+
+def attended(p: int, sinks: int, window: int) -> int:
+    """Earlier positions a step at position ``p`` attends (``window`` 0: all of them), as
+    :func:`sw.model.fastcar.attention_mask` without the current one."""
+    if not window:
+        return p
+    j = np.arange(p)
+    return int(((j < sinks) | (p - j < window)).sum())
+
+
+def _sparse(manifest) -> tuple[int, int]:
+    sp = manifest["decode"]["sparse"]
+    return (sp["sinks"], sp["window"]) if sp else (0, 0)
+
+
+def step_bytes(manifest, steps, data_width: int = 64) -> np.ndarray:
+    """``[len(steps), 2]``: the bytes read and written by each step."""
+    dims = manifest["dims"]
+    d, L, B, H, dh = (dims[k] for k in ("d_model", "layers", "batch", "n_heads", "head_dim"))
+    entry = -(-2 * dh * 8 // data_width) * data_width // 8
+    sinks, window = _sparse(manifest)
+    start = manifest["prompt_len"]
+    out = []
+    for s in steps:
+        emb = B * d * 4 * (2 if s >= start else 1)
+        out.append((emb + L * B * H * attended(s, sinks, window) * entry, L * B * H * entry))
+    return np.asarray(out, np.int64)
+
+
+def features(manifest, replay: np.ndarray, steps) -> np.ndarray:
+    """``[len(steps), len(FEATURES)]`` of a full-step trace's steps (``replay``: its ``[S, L, B]``)."""
+    dims = manifest["dims"]
+    L, B, H, NS = (dims[k] for k in ("layers", "batch", "n_heads", "samples"))
+    sinks, window = _sparse(manifest)
+    first = manifest["prompt_len"] - 1
+    rows = []
+    for s in steps:
+        computed = (1 - replay[s].astype(np.int64)).sum(1)            # per layer
+        rows.append((1, int(first <= s < first + NS), L * B * H * (attended(s, sinks, window) + 1),
+                     int(computed.sum()), int((computed > 0).sum())))
+    return np.asarray(rows, np.float64)
+
+
+def fit(x: np.ndarray, cycles: np.ndarray) -> np.ndarray:
+    """Least-squares coefficients of :data:`FEATURES` (a feature constant over every step given is
+    folded into ``step``)."""
+    coef, *_ = np.linalg.lstsq(x, np.asarray(cycles, np.float64), rcond=None)
+    return coef
+
+
+def predict(x: np.ndarray, coef) -> np.ndarray:
+    return x @ np.asarray(coef, np.float64)
