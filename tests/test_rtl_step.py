@@ -1,0 +1,35 @@
+"""sw.perf.rtl_step: the attended positions against the model's own mask, the bytes of a step, and the
+cycle model's fit recovering known coefficients (and failing on a wrong one)."""
+
+import numpy as np
+import torch
+
+from sw.model.fastcar import SparseConfig, attention_mask
+from sw.perf import rtl_step
+
+MANIFEST = {"dims": {"d_model": 96, "layers": 4, "batch": 4, "n_heads": 4, "head_dim": 24, "samples": 512},
+            "prompt_len": 5, "decode": {"sparse": {"sinks": 5, "window": 65}}}
+
+
+def test_attended_is_the_masks_count():
+    for sinks, window in ((5, 65), (2, 3), (0, 0)):
+        sp = SparseConfig(sinks=sinks, window=window) if window else None
+        for p in (0, 1, 4, 5, 66, 70, 200):
+            mask = attention_mask(torch.tensor([p]), p + 1, sp)[0].numpy()
+            assert rtl_step.attended(p, sinks, window) == int(mask.sum()) - 1
+
+
+def test_step_bytes():
+    got = rtl_step.step_bytes(MANIFEST, [0, 5, 100], 64)
+    # A prompt step: 4 int32 rows of 96; an image step adds the spatial rows; 48 bytes a key and value.
+    assert got.tolist() == [[1536, 64 * 48], [3072 + 64 * 5 * 48, 64 * 48], [3072 + 64 * 69 * 48, 64 * 48]]
+
+
+def test_fit_recovers_the_coefficients():
+    rng = np.random.default_rng(0)
+    replay = rng.integers(0, 2, (300, 4, 4))
+    x = rtl_step.features(MANIFEST, replay, range(300))
+    coef = np.array([20000.0, 3000.0, 18.0, 1500.0, 400.0])
+    y = rtl_step.predict(x, coef)
+    assert np.allclose(rtl_step.fit(x, y), coef)
+    assert not np.allclose(rtl_step.predict(x, coef * [1, 1, 1.1, 1, 1]), y)
