@@ -175,7 +175,7 @@ def plot(runs, feats, coef, path: Path) -> None:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="nox -s step -- --calibrate", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m tb.step.calibrate", description=__doc__.split("\n\n")[0])
     ap.add_argument("--steps", type=int, default=85, help="steps of each trace, from the first (default 85)")
     ap.add_argument("--sdram", type=float, default=2.8,
                     help="bytes a cycle of the memory (default 2.8: the system model's 140 MB/s at 50 MHz)")

@@ -65,7 +65,7 @@ def run(out: Path, prompts, mode_flags, *, force: bool) -> dict:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="nox -s step -- --video", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m tb.step.video", description=__doc__.split("\n\n")[0])
     ap.add_argument("--prompt", action="append", help="prompt (repeatable; default: the two default prompts)")
     ap.add_argument("--out", type=Path, default=REPO / "build" / "step" / "video")
     ap.add_argument("--force", action="store_true", help="overwrite an existing output directory")
