@@ -7,10 +7,12 @@ steps read it; the checks shown to fail on a wrong expectation."""
 
 import numpy as np
 import pytest
+import torch
 from amaranth.sim import Simulator
 
 from hw.step.channel_join import ChannelJoin
 from hw.step.step_memory import StepMemory
+from sw.model.fastcar import SparseConfig, attention_mask
 
 D, L, B, H, V, N, P = 8, 2, 2, 2, 10, 3, 12
 DH = D // H
@@ -19,8 +21,9 @@ EMB, SPATIAL, KV = 0, 4096, 8192
 
 
 def attended(p, sinks, window):
-    j = np.arange(p)
-    return j[(window == 0) | (j < sinks) | (p - j < window)].tolist()
+    """The earlier positions the model's own mask attends (window 0: causal)."""
+    sp = SparseConfig(sinks=sinks, window=window) if window else None
+    return [int(j) for j in np.flatnonzero(attention_mask(torch.tensor([p]), p + 1, sp)[0].numpy()) if j != p]
 
 
 def run(steps, *, sinks=0, window=0, stall=0.0, seed=0):
