@@ -3,12 +3,13 @@ against a full-step trace: the token embeddings and the KV cache in cocotbext-ax
 embeddings written there first, the keys and values only by the RTL), each step's command (position,
 tokens, whether it samples), the layers' weights and constants and the LM head's on their streams;
 checked: every row out of every layer (``r_out``), every decision, every guided logit ``z`` and
-token drawn, and at the end every key and value the RTL wrote to memory. The steps run in order from
-the first.
+token drawn, and at the end every key and value the RTL wrote to memory. The steps run in order, from
+the first or from a later one.
 
 Environment: ``FASTCAR_TRACE``, ``FASTCAR_ACCEL`` (the accelerator's config, JSON),
-``FASTCAR_STEPS`` (``all`` or ``first:N``), ``FASTCAR_STALL`` and ``FASTCAR_SEED`` (idle cycles
-on the inputs, backpressure on the rows out, pauses on every channel of the memory),
+``FASTCAR_STEPS`` (``all``, ``first:N`` or ``from:A:N``: see :func:`step_range`), ``FASTCAR_STALL``
+and ``FASTCAR_SEED`` (idle cycles on the inputs, backpressure on the rows out, pauses on every
+channel of the memory),
 ``FASTCAR_TAPS`` (``1``: the build has the ``r`` and ``z`` taps, checked), ``FASTCAR_VIDEO``
 (``1``: each image step's tokens are the ones the RTL drew after the step before, fed back on chip;
 the trace's are only compared with them), ``FASTCAR_PLANT`` = ``r_out:S:L:B:E`` or ``token:K:P``
@@ -88,6 +89,35 @@ def kv_address(kv_base, dims, dw, li, b, h, p):
     return kv_base + (((li * dims["batch"] + b) * dims["n_heads"] + h) * dims["positions"] + p) * stride
 
 
+def step_range(spec: str, S: int, video: bool, replay, start: int, N: int) -> list[int]:
+    """The steps ``FASTCAR_STEPS`` names: ``all``, ``first:N`` or ``from:A:N`` (``N`` steps from step
+    ``A``, the keys and values of the positions before ``A`` written into the memory from the trace
+    first). A run from ``A`` cannot replay a row whose cached output the run did not compute (the
+    replay cache is on chip), nor feed back a token drawn before it."""
+    kind, *arg = spec.split(":")
+    try:
+        if kind == "all" and not arg:
+            return list(range(S))
+        if kind == "first" and len(arg) == 1:
+            return list(range(min(S, int(arg[0]))))
+        if kind == "from" and len(arg) == 2:
+            a, n = int(arg[0]), int(arg[1])
+            if not 0 <= a < S or n < 1:
+                raise ValueError
+            steps = list(range(a, min(S, a + n)))
+            if a and video:
+                raise AssertionError(f"FASTCAR_STEPS={spec}: a video runs from step 0")
+            late = [s for s in steps if replay[s].any() and s - N < a]
+            if a and late:
+                raise AssertionError(f"FASTCAR_STEPS={spec}: step {late[0]} replays the output of step "
+                                     f"{late[0] - N}, before the run's first (a mode without FastCar, or "
+                                     f"a run that starts a frame earlier)")
+            return steps
+    except ValueError:
+        pass
+    raise AssertionError(f"FASTCAR_STEPS={spec!r}: expected all, first:N or from:A:N (A < {S}, N >= 1)")
+
+
 class TB:
     def __init__(self, dut, taps):
         self.dut = dut
@@ -129,10 +159,10 @@ async def decode_steps(dut):
     L0 = start - 1                                      # sample k is drawn after step L0 + k
     cfg = AccelConfig.from_dict(json.loads(os.environ["FASTCAR_ACCEL"]))
     ni, no = cfg.mv_in, cfg.mv_out
-    spec = os.environ.get("FASTCAR_STEPS", "all")
-    steps = list(range(S if spec == "all" else min(S, int(spec.split(":")[1]))))
     taps = os.environ.get("FASTCAR_TAPS", "1") == "1"
     video = os.environ.get("FASTCAR_VIDEO", "0") == "1"
+    steps = step_range(os.environ.get("FASTCAR_STEPS", "all"), S, video, t["replay"], start, N)
+    first = steps[0]
     guided = dec["cfg_scale"] is not None
     fastcar = dec["tau"] is not None
     sp = dec["sparse"]
@@ -158,6 +188,11 @@ async def decode_steps(dut):
                     ("spatial_base", spatial_base), ("kv_base", kv_base), ("token_offset", off),
                     ("sinks", sp["sinks"] if sp else 0), ("window", sp["window"] if sp else 0)):
         getattr(dut, name).value = v
+    ew = kv_entry_words(dh, dw) * dw // 8
+    for s in range(first):                              # a run from a later step: the earlier keys and values
+        for li, b, h in itertools.product(range(L), range(B), range(H)):
+            entry = np.concatenate([t["k"][s, li, b, h], t["v"][s, li, b, h]]).astype(np.int8).tobytes()
+            tb.ram.write(kv_address(kv_base, dims, dw, li, b, h, s), entry.ljust(ew, b"\0"))
     await tb.reset()
     bursts = {"ar": [], "aw": []}
     for ch, pre in (("ar", "rd"), ("aw", "wr")):
@@ -166,8 +201,10 @@ async def decode_steps(dut):
     await tb.src["cfg"].wait()
     f_seed = fields(seed_layout(PR))
     for p in range(PR):
-        await tb.src["seed"].send(AxiStreamFrame([pack(f_seed, prompt=p,
-                                                       state=quant.sampler_state(int(dec["seed"]), p))]))
+        state = quant.sampler_state(int(dec["seed"]), p)
+        if dec["temperature"] != 0 and first > L0:     # the draws of the samples before the run's first
+            state = quant.draws(state, (min(first, L0 + NS) - L0) * C)[1]
+        await tb.src["seed"].send(AxiStreamFrame([pack(f_seed, prompt=p, state=state)]))
     await tb.src["seed"].wait()
     await ClockCycles(dut.clk, 4)
 
@@ -192,8 +229,8 @@ async def decode_steps(dut):
         return L0 <= s < L0 + NS
 
     async def feed():
-        for s in steps:
-            while done["steps"] < s - AHEAD:
+        for n, s in enumerate(steps):
+            while done["steps"] < n - AHEAD:
                 await RisingEdge(dut.clk)
             frame, index = position(s, start, N)
             cmd = {"step.pos": s, "step.index": index, "step.spatial": int(s >= start),
@@ -286,7 +323,6 @@ async def decode_steps(dut):
         assert got == (int(t["tas"][s, li, b]), int(t["replay"][s, li, b])), \
             f"step {s}, layer {li}, block decoder_layer, row {b}: RTL decision {got}"
     # Every key and value the RTL wrote, where the reads found them.
-    ew = kv_entry_words(dh, dw) * dw // 8
     for s in steps:
         for li in range(L):
             for b in range(B):

@@ -507,6 +507,21 @@ def test_decode_step_names_a_planted_wrong_value(step_trace, plant, named):
 
 
 @pytest.mark.xdist_group("decode_step")
+def test_decode_steps_from_a_later_step(small_trace, tmp_path):
+    """Steps from the middle of the first frame, the earlier keys and values written into the memory
+    from the trace and the sampler's generator advanced past the earlier draws: bit-exact as from
+    the first; a run whose replays need rows from before it is refused."""
+    import json
+
+    out = tmp_path / "rtl.json"
+    run_decode_step(small_trace, "verilator", "from", FASTCAR_STEPS="from:40:5", FASTCAR_OUT=str(out))
+    rtl = json.loads(out.read_text())
+    assert rtl["steps"] == list(range(40, 45)) and len(rtl["tokens"]) == 5 * 2
+    with pytest.raises(CocotbFailure, match="step 69 replays the output of step 5"):
+        run_decode_step(small_trace, "verilator", "from-refused", FASTCAR_STEPS="from:60:12")
+
+
+@pytest.mark.xdist_group("decode_step")
 def test_decode_steps_make_the_video(small_trace, tmp_path):
     """The small trace's whole generation (the prompt and 2 frames) by the RTL alone: after the prompt,
     each step's tokens are the ones the RTL drew after the step before (fed back on chip), each
