@@ -1,5 +1,6 @@
-"""sw.perf.rtl_step: the attended positions against the model's own mask, the bytes of a step, and the
-cycle model's fit recovering known coefficients (and failing on a wrong one)."""
+"""sw.perf.rtl_step: the attended positions against the model's own mask, the bytes of a step (and
+the system model's SDRAM term equal to them), and the cycle model's fit recovering known
+coefficients (and failing on a wrong one)."""
 
 import numpy as np
 import torch
@@ -23,6 +24,19 @@ def test_step_bytes():
     got = rtl_step.step_bytes(MANIFEST, [0, 5, 100], 64)
     # A prompt step: 4 int32 rows of 96; an image step adds the spatial rows; 48 bytes a key and value.
     assert got.tolist() == [[1536, 64 * 48], [3072 + 64 * 5 * 48, 64 * 48], [3072 + 64 * 69 * 48, 64 * 48]]
+
+
+def test_the_system_models_sdram_term_is_the_rtls():
+    """The system model's SDRAM bytes with the KV cache streamed and the weights on chip are the RTL's
+    exact bytes over the image steps, with dense and with sparse attention."""
+    from sw.perf import system_model as sm
+
+    m = sm.Dims(frames=2)
+    steps = range(m.prompt_len, m.positions)
+    stats = sm.ReplayStats.dense(m)
+    for sparse, man in ((True, MANIFEST), (False, {**MANIFEST, "decode": {"sparse": None}})):
+        c = sm.step_costs(m, sm.System(), sm.Placement(("KV cache",)), stats, sparse=sparse)
+        assert c["sdram_bytes"] == rtl_step.step_bytes(man, steps, 64).sum()
 
 
 def test_fit_recovers_the_coefficients():

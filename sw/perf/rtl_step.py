@@ -30,6 +30,12 @@ def attended(p: int, sinks: int, window: int) -> int:
     return int(((j < sinks) | (p - j < window)).sum())
 
 
+def sdram_beat_every(bytes_per_cycle: float, beat_bytes: int = 8) -> int:
+    """Cycles from one data beat of the memory to the next at ``bytes_per_cycle`` (0: every cycle),
+    as the decode step's bench paces cocotbext-axi's ``AxiRam`` on its R and W channels."""
+    return max(1, round(beat_bytes / bytes_per_cycle)) if bytes_per_cycle else 1
+
+
 def _sparse(manifest) -> tuple[int, int]:
     sp = manifest["decode"]["sparse"]
     return (sp["sinks"], sp["window"]) if sp else (0, 0)

@@ -17,7 +17,9 @@ accelerator's MAC array at its measured utilisation: the projections, attention 
 over the attended positions), the MLP of the computed rows and the LM head; norms, RoPE and
 softmax are element-wise work at ``elementwise_per_cycle``. SDRAM traffic is what the placement
 leaves off chip: streamed weights (an MLP's weights are read only when some row of its group
-computes) and the KV cache (read over the attended positions, one new k/v written).
+computes), the KV cache (read over the attended positions, one new k/v written) and each row's
+int32 embedding and spatial row, laid out as the RTL's ``StepMemory`` reads and writes them
+(``sw.perf.rtl_step.step_bytes``, equal to every burst the RTL made: ``nox -s step -- --calibrate``).
 """
 
 from __future__ import annotations
@@ -184,8 +186,11 @@ def step_costs(m: Dims, s: System, p: Placement, stats: ReplayStats, *, sparse: 
     head = B * d * m.vocab
     elem = (L * B * (6 * d + 3 * m.heads * kv) + B * m.vocab) / s.elementwise_per_cycle
     compute = (proj + attn + mlp + head) / rate + elem
-    kv_bytes = L * B * 2 * hd * (kv + 1)                          # read the attended k and v, write one
-    sdram = np.full(steps, float(B * d))                          # embeddings: one row per token
+    # The RTL's layout (hw/step/step_memory.py, sw/perf/rtl_step.step_bytes): each head's key and value
+    # of a position in whole 64-bit beats; the earlier attended ones read and the new one written.
+    entry = -(-2 * m.head_dim // 8) * 8
+    kv_bytes = L * B * m.heads * entry * kv
+    sdram = np.full(steps, float(B * d * 4 * 2))                  # each row's int32 embedding and spatial row
     if p.streams("attention weights"):
         sdram += L * 4 * d * d
     if p.streams("LM head"):

@@ -52,6 +52,7 @@ from hw.step.step_memory import kv_entry_words
 from hw.step.tas_tap import decision_layout
 from sw.config import AccelConfig
 from sw.golden import quant
+from sw.perf.rtl_step import sdram_beat_every
 from sw.trace.full_step import load_full_step
 from tb.stalls import random_pauses
 from tb.step.bench import (
@@ -140,7 +141,7 @@ class TB:
         bpc = float(os.environ.get("FASTCAR_SDRAM", "0"))
         if bpc:
             # The SDRAM's bandwidth: a data beat every nb / bpc cycles on the R and W channels.
-            k = max(1, round(len(dut.rd_rdata) // 8 / bpc))
+            k = sdram_beat_every(bpc, len(dut.rd_rdata) // 8)
             for ch in (self.ram.read_if.r_channel, self.ram.write_if.w_channel):
                 ch.set_pause_generator(itertools.cycle([True] * (k - 1) + [False]))
 
