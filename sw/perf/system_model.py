@@ -226,6 +226,39 @@ def end_to_end(m: Dims, s: System, p: Placement, fastcar: ReplayStats, fastcar_s
     return rows
 
 
+def rtl_as_built(m: Dims, s: System, fastcar: ReplayStats, fastcar_sa: ReplayStats | None,
+                 coef=None) -> list[dict]:
+    """The four modes on the decode step as built in RTL (``hw/step/decode_step.py``: the embeddings
+    and the KV cache over AXI4, the weights and constants on its streams), each image step's cycles
+    by the cycle model fitted on RTL runs (:data:`sw.perf.rtl_step.CALIBRATED`, at its SDRAM
+    bandwidth, not :class:`System`'s); time at ``s.clock_mhz`` plus the link; speed-up against its
+    own dense mode. ``weights_mb``: what the weights would add over AXI4 if they streamed too (the
+    attention weights every step, the LM head every sampling step, an MLP's when a row of its group
+    computes), which the RTL does not do yet."""
+    from sw.perf import rtl_step
+
+    coef = np.asarray(rtl_step.CALIBRATED["coefficients"] if coef is None else coef, np.float64)
+    rows = []
+    for mode, stats, sparse in zip(MODES, (ReplayStats.dense(m), fastcar, ReplayStats.dense(m),
+                                           fastcar_sa or fastcar), (False, False, True, True), strict=True):
+        steps = stats.computed_rows.shape[0]
+        pos = m.prompt_len + np.arange(steps) + 1                 # attended positions, the current one too
+        kv = np.minimum(pos, s.sinks + s.window) if sparse else pos
+        x = np.stack([np.ones(steps), (np.arange(steps) < steps - 1).astype(float),  # the last draws nothing
+                      m.layers * m.batch * m.heads * kv, stats.computed_rows.sum(1),
+                      (~stats.all_replayed).sum(1)], 1)
+        cycles = rtl_step.predict(x, coef)
+        t = cycles / (s.clock_mhz * 1e6) + m.prompts * s.token_bytes * 10 / s.link_baud
+        weights = (m.layers * 4 * m.d * m.d * steps + m.d * m.vocab * (steps - 1)
+                   + (~stats.all_replayed).sum() * 3 * m.d * m.d_ff)
+        rows.append({"mode": mode, "cycles": float(cycles.sum()), "time_s": float(t.sum()),
+                     "ms_per_token": float(t.mean() * 1e3), "weights_mb": weights / 1e6,
+                     "replay_stats": stats.source})
+    for r in rows:
+        r["speedup"] = rows[0]["time_s"] / r["time_s"]
+    return rows
+
+
 def choose(m: Dims, s: System, fastcar: ReplayStats,
            fastcar_sa: ReplayStats | None) -> tuple[list, Placement]:
     """Every placement that fits, with its times; the chosen one is the fastest in FastCar + SA."""
@@ -270,7 +303,8 @@ def report(m: Dims, s: System, fastcar: ReplayStats, fastcar_sa: ReplayStats | N
             "best_per_mode": {mo: {"placement": o["placement"].name, "time_s": o[mo], "speedup": base / o[mo]}
                               for mo, o in best_per_mode.items()},
             "end_to_end": (end_to_end(m, s, best, fastcar, fastcar_sa, base)
-                           + end_to_end(m, s, AS_BUILT, fastcar, fastcar_sa, base))}
+                           + end_to_end(m, s, AS_BUILT, fastcar, fastcar_sa, base)),
+            "rtl_as_built": rtl_as_built(m, s, fastcar, fastcar_sa)}
 
 
 def plot(rows, out: Path) -> None:
@@ -363,6 +397,17 @@ def main(argv=None) -> int:
         ("SDRAM MB / video", lambda r: f"{r['sdram_bytes'] / 1e6:.1f}"),
         ("compute-bound steps", lambda r: f"{r['compute_bound_steps']} / {r['steps']}"),
         ("speed-up", lambda r: f"{r['speedup']:.2f}x")]))
+    from sw.perf.rtl_step import CALIBRATED
+
+    print(f"\nThe decode step as built in RTL (the KV cache and embeddings over AXI4, the weights on its "
+          f"streams), cycles by the model fitted on RTL runs ({CALIBRATED['command']}; SDRAM "
+          f"{CALIBRATED['sdram_bytes_per_cycle']} bytes a cycle), at {s.clock_mhz:g} MHz; speed-up against "
+          "its dense mode:")
+    print(_table(rep["rtl_as_built"], [
+        ("mode", lambda r: r["mode"]), ("ms / token step", lambda r: f"{r['ms_per_token']:.3f}"),
+        ("s / video", lambda r: f"{r['time_s']:.3f}"), ("cycles / video", lambda r: f"{r['cycles']:,.0f}"),
+        ("weights if streamed, MB / video", lambda r: f"{r['weights_mb']:.1f}"),
+        ("speed-up", lambda r: f"{r['speedup']:.2f}x")]))
     args.out.mkdir(parents=True, exist_ok=True)
     tmp = args.out / "report.json.tmp"
     tmp.write_text(json.dumps(rep, indent=1) + "\n")
@@ -377,4 +422,4 @@ if __name__ == "__main__":
 
 
 __all__ = ["System", "Dims", "Placement", "ReplayStats", "memory_budget", "placements", "step_costs",
-           "end_to_end", "choose", "report", "main"]
+           "end_to_end", "rtl_as_built", "choose", "report", "main"]
