@@ -29,6 +29,7 @@ import shutil
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -41,9 +42,10 @@ def trace_dir(mode: str) -> Path:
     return REPO / "build" / "traces" / name
 
 
-def system_model_terms(manifest, replay, steps):
-    """The system model's SDRAM bytes and compute cycles over the image steps among ``steps``
-    (KV cache streamed, weights on chip: what the RTL moves over AXI)."""
+def system_model_terms(manifest, replay, steps, sdram: float):
+    """The system model's SDRAM bytes, compute cycles and step cycles over the image steps among
+    ``steps`` (KV cache streamed, weights on chip: what the RTL moves over AXI), with the memory at
+    the bench's bandwidth (``sdram`` bytes a cycle, paced in whole beats)."""
     from sw.perf.system_model import Dims, Placement, ReplayStats, System, step_costs
 
     d = manifest["dims"]
@@ -55,8 +57,14 @@ def system_model_terms(manifest, replay, steps):
     rep = replay[img].astype(bool)
     stats = ReplayStats((~rep).sum(2), rep.all(2), "trace")
     sp = manifest["decode"]["sparse"]
-    c = step_costs(m, System(), Placement(("KV cache",)), stats, sparse=sp is not None)
-    return {"image_steps": len(img), "sdram_bytes": c["sdram_bytes"], "compute_cycles": c["compute_cycles"]}
+    from sw.perf.rtl_step import sdram_beat_every
+
+    s = System()
+    bench = 8 / sdram_beat_every(sdram) * s.clock_mhz * 1e6      # bytes a second the bench's AxiRam moves
+    s = replace(s, sdram_efficiency=bench / (s.sdram_mhz * 1e6 * s.sdram_bytes_per_cycle))
+    c = step_costs(m, s, Placement(("KV cache",)), stats, sparse=sp is not None)
+    return {"image_steps": len(img), "sdram_bytes": c["sdram_bytes"], "compute_cycles": c["compute_cycles"],
+            "step_cycles": c["step_cycles"]}
 
 
 def plan(steps: int, late, late_steps: int) -> list[dict]:
@@ -157,11 +165,12 @@ def run(out: Path, *, steps: int, sdram: float, fit_modes, force: bool, jobs: in
                    "formula_read": int(exact[:, 0].sum()), "formula_write": int(exact[:, 1].sum()),
                    "rtl_cycles": int(sum(rtl["cycles"])), "seconds": r["seconds"]}
             if key == r["mode"]:
-                sm = system_model_terms(man, r["replay"], rtl["steps"])
+                sm = system_model_terms(man, r["replay"], rtl["steps"], sdram)
                 img = [k for k, s in enumerate(rtl["steps"]) if s >= man["prompt_len"]]
                 row.update(image_steps=sm["image_steps"], rtl_image_bytes=int(exact[img].sum()),
                            system_model_image_bytes=sm["sdram_bytes"],
                            system_model_compute_cycles=sm["compute_cycles"],
+                           system_model_cycles=sm["step_cycles"],
                            rtl_image_cycles=int(np.asarray(rtl["cycles"])[img].sum()))
             rows.append(row)
 
@@ -225,12 +234,14 @@ def render_md(rep) -> str:
     out += ["", f"Worst held-out run: {rep['held_out_worst_total_error']:.1%} off the RTL's cycles; bytes "
             f"{'equal to the formula in every run' if rep['bytes_exact'] else 'NOT equal to the formula'}.",
             "", "Against the system model, over the first runs' image steps:", "",
-            "| mode | RTL bytes | system model bytes | RTL cycles | system model compute cycles |",
-            "|---|---|---|---|---|"]
+            "| mode | RTL bytes | system model bytes | RTL cycles | system model cycles | of which compute |",
+            "|---|---|---|---|---|---|"]
     for r in rep["runs"]:
         if "rtl_image_bytes" in r:
+            err = r["system_model_cycles"] / r["rtl_image_cycles"] - 1
             out.append(f"| {r['mode']} | {r['rtl_image_bytes']:,} | {r['system_model_image_bytes']:,.0f} | "
-                       f"{r['rtl_image_cycles']:,} | {r['system_model_compute_cycles']:,.0f} |")
+                       f"{r['rtl_image_cycles']:,} | {r['system_model_cycles']:,.0f} ({err:+.1%}) | "
+                       f"{r['system_model_compute_cycles']:,.0f} |")
     out += ["", "The whole video (every step), by the cycle model; RTL where a whole video was simulated:",
             "",
             "| mode | rows replayed | SDRAM MB | cycles (model) | cycles (RTL) | speed-up vs dense (model) |",
