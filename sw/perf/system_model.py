@@ -179,10 +179,11 @@ class ReplayStats:
         return cls((~rep).sum(2), rep.all(2), str(path))
 
 
-def step_costs(m: Dims, s: System, p: Placement, stats: ReplayStats, *, sparse: bool) -> dict:
-    """Per-video totals of compute cycles, SDRAM bytes, link bytes and time."""
+def step_costs(m: Dims, s: System, p: Placement, stats: ReplayStats, *, sparse: bool, first: int = 0) -> dict:
+    """Per-video totals of compute cycles, SDRAM bytes, link bytes and time (``stats``: the image
+    steps from image step ``first`` on)."""
     steps = stats.computed_rows.shape[0]
-    pos = m.prompt_len + np.arange(steps) + 1                     # attended positions at each step
+    pos = m.prompt_len + first + np.arange(steps) + 1             # attended positions at each step
     kv = np.minimum(pos, s.sinks + s.window) if sparse else pos
     rate = s.macs * s.mac_utilisation
     B, L, d, hd = m.batch, m.layers, m.d, m.heads * m.head_dim
