@@ -126,7 +126,10 @@ def step(session):
     mode (default fastcar, dense attention; ``all``: the four one after another, each its own
     trace, build/traces/full_step_<mode> but fastcar's). ``nox -s step -- --video [--prompt P]
     [--mode M]``: the whole 8-frame generation in RTL simulation, the RTL's tokens fed back on chip
-    (tb/step/video.py; default mode fastcar+sparse), into build/step/video."""
+    (tb/step/video.py; default mode fastcar+sparse; ``--sdram 2.8``: the memory at the system model's
+    bandwidth), into build/step/video. ``nox -s step -- --calibrate [--reuse] [--video DIR]``: RTL
+    cycles and SDRAM bytes of the four modes against the system model (tb/step/calibrate.py, about
+    40 minutes on 2 cores), into build/step/calibration."""
     install(session, "ml,hw,sim")
     link_verilator(session)
     import argparse
