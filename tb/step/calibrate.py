@@ -14,7 +14,7 @@ Every token, decision and key and value written is checked as in the step's test
   (:func:`sw.perf.system_model.step_costs`, KV cache streamed) over the image steps;
 - **cycles**: the coefficients of :mod:`sw.perf.rtl_step` fitted on the first steps of the ``--fit``
   modes and checked on every other run (and on a whole video's steps with ``--video``); the system
-  model's compute term over the same steps beside them;
+  model's cycles (compute and SDRAM streaming added) over each run's image steps beside them;
 - **the whole video** of each mode by the fitted model, its speed-up against dense attention
   without FastCar (the best dense design the RTL has), and the RTL's cycles where a whole video was
   simulated.
