@@ -66,3 +66,11 @@ def test_fit_recovers_the_coefficients():
     y = rtl_step.predict(x, coef)
     assert np.allclose(rtl_step.fit(x, y), coef)
     assert not np.allclose(rtl_step.predict(x, coef * [1, 1, 1.1, 1, 1]), y)
+
+
+def test_entry_bytes_is_the_step_memorys_layout():
+    from hw.step.step_memory import kv_entry_words
+
+    for head_dim in (8, 20, 24, 33):
+        for dw in (32, 64, 128):
+            assert rtl_step.entry_bytes(head_dim, dw) == kv_entry_words(head_dim, dw) * dw // 8

@@ -39,6 +39,13 @@ def attended(p: int, sinks: int, window: int) -> int:
     return int(((j < sinks) | (p - j < window)).sum())
 
 
+def entry_bytes(head_dim: int, data_width: int = 64) -> int:
+    """Bytes of one head's key and value of one position in memory: ``2 * head_dim`` int8 in whole
+    data words (:func:`hw.step.step_memory.kv_entry_words` words, checked against every burst by
+    ``nox -s step -- --calibrate``)."""
+    return -(-2 * head_dim * 8 // data_width) * data_width // 8
+
+
 def sdram_beat_every(bytes_per_cycle: float, beat_bytes: int = 8) -> int:
     """Cycles from one data beat of the memory to the next at ``bytes_per_cycle`` (0: every cycle),
     as the decode step's bench paces cocotbext-axi's ``AxiRam`` on its R and W channels."""
@@ -54,7 +61,7 @@ def step_bytes(manifest, steps, data_width: int = 64) -> np.ndarray:
     """``[len(steps), 2]``: the bytes read and written by each step."""
     dims = manifest["dims"]
     d, L, B, H, dh = (dims[k] for k in ("d_model", "layers", "batch", "n_heads", "head_dim"))
-    entry = -(-2 * dh * 8 // data_width) * data_width // 8
+    entry = entry_bytes(dh, data_width)
     sinks, window = _sparse(manifest)
     start = manifest["prompt_len"]
     out = []

@@ -197,7 +197,9 @@ def step_costs(m: Dims, s: System, p: Placement, stats: ReplayStats, *, sparse: 
     compute = (proj + attn + mlp + head) / rate + elem
     # The RTL's layout (hw/step/step_memory.py, sw/perf/rtl_step.step_bytes): each head's key and value
     # of a position in whole 64-bit beats; the earlier attended ones read and the new one written.
-    entry = -(-2 * m.head_dim // 8) * 8
+    from sw.perf.rtl_step import entry_bytes
+
+    entry = entry_bytes(m.head_dim)
     kv_bytes = L * B * m.heads * entry * kv
     sdram = np.full(steps, float(B * d * 4 * 2))                  # each row's int32 embedding and spatial row
     if p.streams("attention weights"):
