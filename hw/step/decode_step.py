@@ -6,16 +6,17 @@ from amaranth.lib.wiring import In, Out
 
 from hw.accel.accelerator import cfg_layout
 from hw.lib.axi import AxiReadSignature, AxiWriteSignature
+from hw.lib.axi_read_mux import AxiReadMux
 from hw.lib.widths import index_bits
 from hw.step.attention_layer import group_layout
-from hw.step.channel_join import ChannelJoin, channel_layout
+from hw.step.channel_join import ChannelJoin
 from hw.step.decoder_layer import DecoderLayer, mlp_group_layout
 from hw.step.residual import R_BITS, residual_out_layout
-from hw.step.row_runs import weight_layout
 from hw.step.sampler import sampler_out_layout, sampler_z_layout, seed_layout
 from hw.step.step_memory import StepMemory, step_command_layout
 from hw.step.tas_tap import decision_layout
-from hw.step.token_head import TokenHead, head_weight_layout
+from hw.step.token_head import TokenHead
+from hw.step.weight_stream import WeightStream
 from sw.config import AccelConfig
 from sw.golden import quant
 
@@ -36,14 +37,20 @@ class DecodeStep(wiring.Component):
     and :class:`sw.golden.sampling.IntegerSampler`): for each step taken on ``i``, the rows'
     embeddings and the KV cache through :class:`hw.step.step_memory.StepMemory` (AXI4 on ``rd`` and
     ``wr``), each layer in turn through one :class:`hw.step.decoder_layer.DecoderLayer` (its rows
-    joined to the layer's input-norm constants from ``n1``; a layer's rows out go back in as the
-    next layer's), and after the last layer, in a step that samples, the final norm (constants
-    from ``nf``), the LM head and the sampler (:class:`hw.step.token_head.TokenHead`). The tokens
-    drawn leave on ``o`` and, for a ``feedback`` step, become the next step's tokens on chip.
+    joined to the layer's input-norm constants; a layer's rows out go back in as the next
+    layer's), and after the last layer, in a step that samples, the final norm, the LM head and the
+    sampler (:class:`hw.step.token_head.TokenHead`). The tokens drawn leave on ``o`` and, for a
+    ``feedback`` step, become the next step's tokens on chip.
 
-    Only wiring and sequencing; the layers' weights and constants come in on the decoder layer's
-    streams (``w``, ``wo``, ``grp`` without its ``history``, which the memory's sequencer sets,
-    ``n2``, ``mg``, and ``cfg`` once), the LM head's on ``hw``.
+    The projections' and the LM head's weights and the norms' constants are read from memory at
+    ``w_base`` over the same AXI4 read port (:class:`hw.step.weight_stream.WeightStream`, its
+    bursts beside the KV cache's through :class:`hw.lib.axi_read_mux.AxiReadMux`, ``arid`` 0 for
+    the KV cache and embeddings, 1 for the weights), step by step, prefetched ahead of the blocks.
+    The MLP's weights are loaded once on ``cfg`` into the MLP's weight store; the per-step
+    descriptors come on ``grp`` (RoPE row and attention constants, without its ``history``,
+    which the memory's sequencer sets) and ``mg``.
+
+    Only wiring and sequencing.
 
     Parameters
     ----------
@@ -52,19 +59,19 @@ class DecodeStep(wiring.Component):
     heads, vocab, prompts, codebook, positions : int
         The model's (``positions``: the most a step attends and the KV cache holds).
     addr_width, data_width, max_burst, depth : int
-        The AXI4 bus and the read prefetch buffer.
+        The AXI4 bus and the KV cache's read prefetch buffer (words).
+    weight_depth : int
+        The weights' prefetch buffer (words).
     taps : bool
         With ``r``: every row out of every layer (for the testbench's scoreboard).
 
     Members
     -------
     i : In(stream.Signature(decode_command_layout(...)))
-    n1, nf : In(stream.Signature(channel_layout()))
-        ``d_model`` beats per step's layer; per sampling step.
-    w, wo, grp, cfg, n2, mg
+    grp, cfg, mg
         As :class:`hw.step.decoder_layer.DecoderLayer`.
-    hw : In(stream.Signature(head_weight_layout(mv_in, mv_out)))
-        Per sampling step, as :class:`hw.step.token_head.TokenHead`'s ``w``.
+    w_base : In(addr_width)
+        The weights' image (:class:`hw.step.weight_stream.WeightStream`), static while steps run.
     seed, o, eps, gain, guided, greedy
         As :class:`hw.step.token_head.TokenHead`.
     d : Out(stream.Signature(decision_layout()))
@@ -73,14 +80,18 @@ class DecodeStep(wiring.Component):
         With ``taps``: every row out of every layer.
     z : Out(stream.Signature(sampler_z_layout(prompts, codebook), always_ready=True))
         With ``taps``: the sampler's guided logits.
-    sinks, window, emb_base, spatial_base, kv_base, rd, wr, error
+    sinks, window, emb_base, spatial_base, kv_base, wr
         As :class:`hw.step.step_memory.StepMemory`.
+    rd : Out(AxiReadSignature(addr_width, data_width))
+        The KV cache's and embeddings' reads (``arid`` 0) and the weights' (``arid`` 1).
+    error : Out(1)
+        Set (and held) on an AXI4 answer other than OKAY.
     token_offset : In
         The vocabulary index of image token 0.
     """
 
     def __init__(self, cfg: AccelConfig, heads, vocab, prompts, codebook, positions, *, addr_width=32,
-                 data_width=64, max_burst=16, depth=64, taps=True):
+                 data_width=64, max_burst=16, depth=64, weight_depth=512, taps=True):
         if cfg.batch % prompts:
             raise ValueError(f"DecodeStep prompts ({prompts}) must divide the batch ({cfg.batch})")
         self._cfg, self._pr, self._taps = cfg, prompts, taps
@@ -88,24 +99,21 @@ class DecodeStep(wiring.Component):
         dh = D // heads
         self._mem = StepMemory(D, L, B, heads, vocab, N, positions, addr_width=addr_width,
                                data_width=data_width, max_burst=max_burst, depth=depth)
+        self._weights = WeightStream(D, L, prompts, codebook, cfg.mv_in, cfg.mv_out, addr_width=addr_width,
+                                     data_width=data_width, max_burst=max_burst, depth=weight_depth)
         self._layer = DecoderLayer(cfg, heads, max_positions=positions)
         self._head = TokenHead(D, prompts, codebook, n_in=cfg.mv_in, n_out=cfg.mv_out)
         members = {
             "i": In(stream.Signature(decode_command_layout(B, vocab, positions, N))),
-            "n1": In(stream.Signature(channel_layout())),
-            "nf": In(stream.Signature(channel_layout())),
-            "w": In(stream.Signature(weight_layout(cfg.mv_in, cfg.mv_out))),
-            "wo": In(stream.Signature(weight_layout(cfg.mv_in, cfg.mv_out))),
             "grp": In(stream.Signature(group_layout(dh, positions))),
             "cfg": In(stream.Signature(data.StructLayout({"data": cfg_layout(cfg)}))),
-            "n2": In(stream.Signature(channel_layout())),
             "mg": In(stream.Signature(mlp_group_layout(cfg))),
-            "hw": In(stream.Signature(head_weight_layout(cfg.mv_in, cfg.mv_out))),
             "seed": In(stream.Signature(seed_layout(prompts), always_ready=True)),
             "o": Out(stream.Signature(sampler_out_layout(prompts, codebook))),
             "d": Out(stream.Signature(decision_layout())),
             "sinks": In(range(positions + 1)), "window": In(range(positions + 1)),
             "emb_base": In(addr_width), "spatial_base": In(addr_width), "kv_base": In(addr_width),
+            "w_base": In(addr_width),
             "token_offset": In(index_bits(vocab)),
             "eps": In(32), "gain": In(quant.MULT_BITS), "guided": In(1), "greedy": In(1),
             "rd": Out(AxiReadSignature(addr_width, data_width)),
@@ -122,6 +130,8 @@ class DecodeStep(wiring.Component):
         cfg, PR = self._cfg, self._pr
         D, B, L = cfg.d_model, cfg.batch, cfg.layers
         m.submodules.mem = mem = self._mem
+        m.submodules.weights = ws = self._weights
+        m.submodules.rd_mux = rd_mux = AxiReadMux(2, len(self.rd.araddr), len(self.rd.rdata))
         m.submodules.layer = layer = self._layer
         m.submodules.head = head = self._head
         m.submodules.join_l = join_l = ChannelJoin(D, B)
@@ -129,19 +139,23 @@ class DecodeStep(wiring.Component):
 
         for name in ("sinks", "window", "emb_base", "spatial_base", "kv_base"):
             m.d.comb += getattr(mem, name).eq(getattr(self, name))
-        wiring.connect(m, mem.rd, wiring.flipped(self.rd))
+        wiring.connect(m, mem.rd, rd_mux.s0)
+        wiring.connect(m, ws.rd, rd_mux.s1)
+        wiring.connect(m, rd_mux.m_axi, wiring.flipped(self.rd))
         wiring.connect(m, mem.wr, wiring.flipped(self.wr))
-        m.d.comb += self.error.eq(mem.error)
-        for name in ("w", "wo", "cfg", "n2", "mg"):
+        m.d.comb += [self.error.eq(mem.error | ws.error), ws.base.eq(self.w_base)]
+        for name in ("cfg", "mg"):
             wiring.connect(m, wiring.flipped(getattr(self, name)), getattr(layer, name))
+        for name in ("w", "wo", "n2"):
+            wiring.connect(m, getattr(ws, name), getattr(layer, name))
         wiring.connect(m, layer.d, wiring.flipped(self.d))
         wiring.connect(m, layer.kv_out, mem.kv_in)
         wiring.connect(m, mem.kv, layer.kv)
-        wiring.connect(m, wiring.flipped(self.n1), join_l.c)
+        wiring.connect(m, ws.n1, join_l.c)
         wiring.connect(m, join_l.o, layer.i)
-        wiring.connect(m, wiring.flipped(self.nf), join_f.c)
+        wiring.connect(m, ws.nf, join_f.c)
         wiring.connect(m, join_f.o, head.i)
-        wiring.connect(m, wiring.flipped(self.hw), head.w)
+        wiring.connect(m, ws.hw, head.w)
         wiring.connect(m, wiring.flipped(self.seed), head.seed)
         m.d.comb += [layer.eps.eq(self.eps), head.eps.eq(self.eps), head.gain.eq(self.gain),
                      head.guided.eq(self.guided), head.greedy.eq(self.greedy)]
@@ -151,9 +165,12 @@ class DecodeStep(wiring.Component):
         have = Signal()                                   # every prompt's token of the last draw is in
         m.submodules.samples = samples = fifo.SyncFIFOBuffered(width=1, depth=4)
         cmd = self.i.p
-        m.d.comb += [mem.i.p.eq(cmd.step),
-                     mem.i.valid.eq(self.i.valid & samples.w_rdy & (~cmd.feedback | have)),
-                     self.i.ready.eq(mem.i.ready & samples.w_rdy & (~cmd.feedback | have)),
+        ok = Signal()                                     # the step may go: its tokens known, room
+        m.d.comb += [ok.eq(samples.w_rdy & (~cmd.feedback | have)),
+                     mem.i.p.eq(cmd.step), ws.i.p.sample.eq(cmd.sample),
+                     mem.i.valid.eq(self.i.valid & ok & ws.i.ready),
+                     ws.i.valid.eq(self.i.valid & ok & mem.i.ready),
+                     self.i.ready.eq(mem.i.ready & ws.i.ready & ok),
                      samples.w_en.eq(self.i.valid & self.i.ready), samples.w_data.eq(cmd.sample)]
         with m.If(cmd.feedback):
             for b in range(B):

@@ -1,7 +1,8 @@
 """cocotb test of whole decode steps (``hw.step.decode_step.DecodeStep`` behind its AXI-Stream adapter)
-against a full-step trace: the token embeddings and the KV cache in cocotbext-axi's ``AxiRam`` (the
-embeddings written there first, the keys and values only by the RTL), each step's command (position,
-tokens, whether it samples), the layers' weights and constants and the LM head's on their streams;
+against a full-step trace: the token embeddings, the KV cache and the weights' image in cocotbext-axi's
+``AxiRam`` (the embeddings and the weights written there first, the keys and values only by the RTL;
+:func:`memory_map`, :func:`weight_image`), each step's command (position, tokens, whether it
+samples) and its per-layer descriptors (``grp``, ``mg``), the MLP's weights once on ``cfg``;
 checked: every row out of every layer (``r_out``), every decision, every guided logit ``z`` and
 token drawn, and at the end every key and value the RTL wrote to memory. The steps run in order, from
 the first or from a later one.
@@ -15,7 +16,8 @@ channel of the memory),
 the trace's are only compared with them), ``FASTCAR_PLANT`` = ``r_out:S:L:B:E`` or ``token:K:P``
 (one expected value changed; the check must fail), ``FASTCAR_SDRAM`` (bytes a cycle the memory
 moves on its R and W channels, the SDRAM's bandwidth; default: a beat a cycle), ``FASTCAR_OUT`` (a
-JSON file: the tokens drawn, each step's cycles and the bytes read and written by then).
+JSON file: the tokens drawn, each step's cycles and the bytes it read and wrote, the weights' reads
+among them).
 
 Bus models: cocotbext-axi ``AxiStreamSource`` on every input stream, ``AxiStreamSink`` on every
 output, ``AxiRam`` on ``rd_*`` and ``wr_*``, and a monitor on each address channel that checks and
@@ -42,14 +44,13 @@ from cocotbext.axi import (
 
 from hw.board.host import config_words
 from hw.step.attention_layer import group_layout
-from hw.step.channel_join import channel_layout
 from hw.step.decode_step import decode_command_layout
 from hw.step.decoder_layer import mlp_group_layout
 from hw.step.residual import residual_out_layout
-from hw.step.row_runs import weight_layout
 from hw.step.sampler import sampler_out_layout, sampler_z_layout, seed_layout
 from hw.step.step_memory import kv_entry_words
 from hw.step.tas_tap import decision_layout
+from hw.step.weight_stream import pack_blocks, pack_channels
 from sw.config import AccelConfig
 from sw.golden import quant
 from sw.perf.rtl_step import sdram_beat_every
@@ -64,7 +65,6 @@ from tb.step.bench import (
     stall_settings,
     stream_model,
     unpack,
-    weight_frames,
 )
 from tb.step.cocotb_step_mlp import position, step_layers
 
@@ -74,14 +74,35 @@ PAGE = 4096
 AHEAD = 2
 
 
-def memory_map(m):
-    """Byte addresses of the embeddings, the spatial embeddings and the KV cache."""
+def memory_map(m, dw=64):
+    """Byte addresses of the embeddings, the spatial embeddings, the KV cache and the weights' image."""
     dims = m["dims"]
     d = dims["d_model"]
     emb = 0
     spatial = -(-dims["vocab"] * d * 4 // PAGE) * PAGE
     kv = spatial + -(-dims["tokens_per_frame"] * d * 4 // PAGE) * PAGE
-    return emb, spatial, kv
+    kv_bytes = (dims["layers"] * dims["batch"] * dims["n_heads"] * dims["positions"]
+                * kv_entry_words(dims["head_dim"], dw) * dw // 8)
+    return emb, spatial, kv, kv + -(-kv_bytes // PAGE) * PAGE
+
+
+def weight_image(t, m, ni, no, dw):
+    """The weights and norm constants as :class:`hw.step.weight_stream.WeightStream` reads them: per
+    layer the input norm, q, k, v, o and the MLP's norm; then the final norm and the LM head over
+    the image tokens."""
+    dims = m["dims"]
+    off, C = m["image_token_offset"], dims["codebook"]
+    out = []
+    for li in range(dims["layers"]):
+        out.append(pack_channels(t["n1_mult"][li], t["n1_shift"][li], dw))
+        for n in ("q", "k", "v", "o"):
+            w = t["wo" if n == "o" else f"w{n}"][li]
+            out.append(pack_blocks(w, t[f"{n}_mult"][li], t[f"{n}_shift"][li], ni, no, dw))
+        out.append(pack_channels(t["n2_mult"][li], t["n2_shift"][li], dw))
+    out.append(pack_channels(t["nf_mult"], t["nf_shift"], dw))
+    out.append(pack_blocks(t["head"][:, off:off + C].astype(np.int8), t["logit_mult"], t["logit_shift"],
+                           ni, no, dw))
+    return b"".join(out)
 
 
 def kv_address(kv_base, dims, dw, li, b, h, p):
@@ -124,8 +145,7 @@ class TB:
         self.dut = dut
         cocotb.start_soon(Clock(dut.clk, CLOCK_NS, unit="ns").start())
         self.src = {n: stream_model(AxiStreamSource, dut, f"s_axis_{n}", stall_seed=s)
-                    for n, s in (("i", None), ("n1", 1), ("nf", 2), ("w", 3), ("wo", 4), ("grp", None),
-                                 ("cfg", None), ("n2", None), ("mg", None), ("hw", 5), ("seed", None))}
+                    for n, s in (("i", None), ("grp", 1), ("cfg", None), ("mg", 2), ("seed", None))}
         outs = [("o", 7), ("d", None)] + ([("r", 8), ("z", None)] if taps else [])
         self.out = {n: stream_model(AxiStreamSink, dut, f"m_axis_{n}", stall_seed=s) for n, s in outs}
         self.ram = AxiRam(AxiBus(AxiWriteBus.from_prefix(dut, "wr"), AxiReadBus.from_prefix(dut, "rd")),
@@ -181,12 +201,17 @@ async def decode_steps(dut):
 
     tb = TB(dut, taps)
     dw = len(dut.rd_rdata)
-    emb_base, spatial_base, kv_base = memory_map(m)
+    emb_base, spatial_base, kv_base, w_base = memory_map(m, dw)
     tb.ram.write(emb_base, t["emb"].astype("<i4").tobytes())
     tb.ram.write(spatial_base, t["spatial"].astype("<i4").tobytes())
+    image = weight_image(t, m, ni, no, dw)
+    assert w_base + len(image) <= MEM_BYTES, \
+        f"the weights' image ends at {w_base + len(image):#x}, past the memory"
+    tb.ram.write(w_base, image)
     for name, v in (("eps", int(m["eps"])), ("gain", int(dec["cfg_gain"] or 0)), ("guided", int(guided)),
                     ("greedy", int(dec["temperature"] == 0)), ("emb_base", emb_base),
-                    ("spatial_base", spatial_base), ("kv_base", kv_base), ("token_offset", off),
+                    ("spatial_base", spatial_base), ("kv_base", kv_base), ("w_base", w_base),
+                    ("token_offset", off),
                     ("sinks", sp["sinks"] if sp else 0), ("window", sp["window"] if sp else 0)):
         getattr(dut, name).value = v
     ew = kv_entry_words(dh, dw) * dw // 8
@@ -211,19 +236,7 @@ async def decode_steps(dut):
 
     # ---- what each step takes ----------------------------------------------------------------------
     f_i = fields(decode_command_layout(B, dims["vocab"], dims["positions"], N))
-    f_ch, f_mg = fields(channel_layout()), fields(mlp_group_layout(cfg))
-    f_g, f_w = fields(group_layout(dh, dims["positions"])), fields(weight_layout(ni, no))
-    chans = {n: [[pack(f_ch, mult=int(t[f"{n}_mult"][li, e]), shift=int(t[f"{n}_shift"][li, e]))
-                  for e in range(d)] for li in range(L)] for n in ("n1", "n2")}
-    nf = [pack(f_ch, mult=int(t["nf_mult"][e]), shift=int(t["nf_shift"][e])) for e in range(d)]
-    weights = []
-    for li in range(L):
-        qkv = []
-        for n in ("q", "k", "v"):
-            qkv += weight_frames(t[f"w{n}"][li], t[f"{n}_mult"][li], t[f"{n}_shift"][li], ni, no, f_w)
-        weights.append((qkv, weight_frames(t["wo"][li], t["o_mult"][li], t["o_shift"][li], ni, no, f_w)))
-    head = weight_frames(t["head"][:, off:off + C].astype(np.int8), t["logit_mult"], t["logit_shift"], ni, no,
-                         f_w)
+    f_mg, f_g = fields(mlp_group_layout(cfg)), fields(group_layout(dh, dims["positions"]))
     done = {"steps": 0}
 
     def sampling(s):
@@ -247,17 +260,6 @@ async def decode_steps(dut):
                 await tb.src["mg"].send(AxiStreamFrame([pack(f_mg, layer=li, index=index,
                                                              y_mult=int(t["y_mult"][li]),
                                                              y_shift=int(t["y_shift"][li]))]))
-                await tb.src["n1"].send(AxiStreamFrame(chans["n1"][li]))
-                await tb.src["n2"].send(AxiStreamFrame(chans["n2"][li]))
-                for fr in weights[li][0]:
-                    await tb.src["w"].send(AxiStreamFrame(fr))
-                for fr in weights[li][1]:
-                    await tb.src["wo"].send(AxiStreamFrame(fr))
-            if sampling(s):
-                await tb.src["nf"].send(AxiStreamFrame(nf))
-                for _ in range(PR):
-                    for fr in head:
-                        await tb.src["hw"].send(AxiStreamFrame(fr))
 
     decisions = []
 
@@ -334,13 +336,16 @@ async def decode_steps(dut):
                         (f"step {s}, layer {li}, block kv cache, row {b}, head {h}: RTL wrote "
                          f"{list(got[:2 * dh])}")
     reads, writes = sum(n for _, n in bursts["ar"]), sum(n for _, n in bursts["aw"])
+    weight_reads = sum(n for a, n in bursts["ar"] if a >= w_base)
     replays = int(t["replay"][steps].sum())
     dut._log.info(f"decode_step: {len(steps)} steps ({rows} rows, {replays} replayed), {len(drawn)} tokens "
                   f"bit-exact{' (fed back on chip)' if video else ''}; {sum(cycles)} cycles, "
-                  f"{reads * dw // 8} bytes read, {writes * dw // 8} written")
+                  f"{reads * dw // 8} bytes read ({weight_reads * dw // 8} of weights), "
+                  f"{writes * dw // 8} written")
     if os.environ.get("FASTCAR_OUT"):
         with open(os.environ["FASTCAR_OUT"], "w") as f:
             json.dump({"steps": steps, "tokens": drawn, "cycles": cycles, "read_bytes": reads * dw // 8,
-                       "write_bytes": writes * dw // 8, "step_bytes": step_bytes, "data_width": dw,
+                       "write_bytes": writes * dw // 8, "weight_read_bytes": weight_reads * dw // 8,
+                       "step_bytes": step_bytes, "data_width": dw, "mv": [ni, no],
                        "video": video, "stall": stall_settings()[0],
                        "sdram_bytes_per_cycle": float(os.environ.get("FASTCAR_SDRAM", "0"))}, f)
