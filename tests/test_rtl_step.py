@@ -8,7 +8,8 @@ import torch
 from sw.model.fastcar import SparseConfig, attention_mask
 from sw.perf import rtl_step
 
-MANIFEST = {"dims": {"d_model": 96, "layers": 4, "batch": 4, "n_heads": 4, "head_dim": 24, "samples": 512},
+MANIFEST = {"dims": {"d_model": 96, "layers": 4, "batch": 4, "n_heads": 4, "head_dim": 24, "samples": 512,
+                     "prompts": 2, "codebook": 512},
             "prompt_len": 5, "decode": {"sparse": {"sinks": 5, "window": 65}}}
 
 
@@ -21,22 +22,32 @@ def test_attended_is_the_masks_count():
 
 
 def test_step_bytes():
-    got = rtl_step.step_bytes(MANIFEST, [0, 5, 100], 64)
+    got = rtl_step.step_bytes(MANIFEST, [0, 4, 5, 100], 64)
     # A prompt step: 4 int32 rows of 96; an image step adds the spatial rows; 48 bytes a key and value.
-    assert got.tolist() == [[1536, 64 * 48], [3072 + 64 * 5 * 48, 64 * 48], [3072 + 64 * 69 * 48, 64 * 48]]
+    # Weights, 8 x 8 blocks: a block is 3 words of constants (8 x 22 bits) and 12 beats of 8 words
+    # (99 words); a layer is two norms (2 x 48 words) and 4 x 12 blocks; the head the final norm and
+    # 64 blocks read once per prompt. The last prompt step (4) samples the first image token.
+    layer = (2 * 48 + 48 * 99) * 8 * 4
+    head = (48 + 2 * 64 * 99) * 8
+    assert got.tolist() == [[1536 + layer, 64 * 48, layer],
+                            [1536 + 64 * 4 * 48 + layer + head, 64 * 48, layer + head],
+                            [3072 + 64 * 5 * 48 + layer + head, 64 * 48, layer + head],
+                            [3072 + 64 * 69 * 48 + layer + head, 64 * 48, layer + head]]
 
 
 def test_the_system_models_sdram_term_is_the_rtls():
-    """The system model's SDRAM bytes with the KV cache streamed and the weights on chip are the RTL's
-    exact bytes over the image steps, with dense and with sparse attention."""
+    """The system model's SDRAM bytes with the placement the RTL has (the KV cache and the attention
+    and LM head weights streamed, the MLP's resident) are the RTL's exact bytes over the image steps,
+    with dense and with sparse attention."""
     from sw.perf import system_model as sm
 
     m = sm.Dims(frames=2)
     steps = range(m.prompt_len, m.positions)
     stats = sm.ReplayStats.dense(m)
     for sparse, man in ((True, MANIFEST), (False, {**MANIFEST, "decode": {"sparse": None}})):
-        c = sm.step_costs(m, sm.System(), sm.Placement(("KV cache",)), stats, sparse=sparse)
-        assert c["sdram_bytes"] == rtl_step.step_bytes(man, steps, 64).sum()
+        man = {**man, "dims": {**man["dims"], "samples": m.frames * m.tokens_per_frame}}
+        c = sm.step_costs(m, sm.System(), sm.AS_BUILT, stats, sparse=sparse)
+        assert c["sdram_bytes"] == rtl_step.step_bytes(man, steps, 64)[:, :2].sum()
 
 
 def test_the_system_models_rtl_rows_are_the_cycle_model():
@@ -74,3 +85,17 @@ def test_entry_bytes_is_the_step_memorys_layout():
     for head_dim in (8, 20, 24, 33):
         for dw in (32, 64, 128):
             assert rtl_step.entry_bytes(head_dim, dw) == kv_entry_words(head_dim, dw) * dw // 8
+
+
+def test_weight_bytes_is_the_weight_streams_layout():
+    """The weights' bytes in a step are :class:`WeightStream`'s image: every layer's words each step,
+    the final norm's and the LM head's (read once per prompt) on a step that samples."""
+    from hw.step.weight_stream import channel_words, head_words, layer_words
+
+    dims = {"d_model": 96, "layers": 4, "prompts": 2, "codebook": 512}
+    for mv in ((8, 8), (4, 16), (16, 4)):
+        for dw in (32, 64, 128):
+            layer = rtl_step.weight_bytes(dims, mv, dw, sample=False)
+            assert layer == 4 * layer_words(96, *mv, dw) * dw // 8
+            head = rtl_step.weight_bytes(dims, mv, dw, sample=True) - layer
+            assert head == (channel_words(96, dw) + 2 * head_words(96, 512, *mv, dw)) * dw // 8

@@ -4,7 +4,8 @@ exactly, and its cycles per step, from a linear model whose coefficients are fit
 Bytes (:class:`hw.step.step_memory.StepMemory`): each row's int32 embedding (``d * 4`` bytes) and,
 on an image step, its int32 spatial row; for each layer, row and head, the attended earlier
 positions' keys and values read and the new one written, ``kv_entry_words * data_width / 8`` bytes
-each.
+each. The weights (:class:`hw.step.weight_stream.WeightStream`, :func:`weight_bytes`): every layer's
+image each step, and on a step that samples the final norm and the LM head once per prompt.
 
 Cycles: ``c_step + c_sample * samples + c_position * positions + c_row * computed_rows +
 c_group * computing_groups``, where ``positions`` is the attended positions summed over layers,
@@ -17,6 +18,8 @@ and checks them on the others.
 from __future__ import annotations
 
 import numpy as np
+
+from sw.golden import quant
 
 FEATURES = ("step", "sample", "position", "computed_row", "computing_group")
 
@@ -46,6 +49,31 @@ def entry_bytes(head_dim: int, data_width: int = 64) -> int:
     return -(-2 * head_dim * 8 // data_width) * data_width // 8
 
 
+def channel_bytes(d_model: int, data_width: int = 64) -> int:
+    """A norm's constants in memory: each channel's ``mult`` and ``shift`` in 32 bits
+    (:func:`hw.step.weight_stream.channel_words`)."""
+    return d_model // (data_width // 32) * data_width // 8
+
+
+def block_bytes(d_in: int, mv: tuple[int, int], data_width: int = 64) -> int:
+    """A weight block of ``mv[1]`` outputs in memory: their constants (``mult`` and ``shift``) in whole
+    words, then ``d_in / mv[0]`` beats of ``mv[0] * mv[1]`` int8 weights, each in whole words
+    (:func:`hw.step.weight_stream.block_words`)."""
+    ni, no = mv
+    const = -(-no * (quant.MULT_BITS + quant.SHIFT_BITS) // data_width)
+    return (const + d_in // ni * -(-ni * no * 8 // data_width)) * data_width // 8
+
+
+def weight_bytes(dims: dict, mv: tuple[int, int], data_width: int = 64, *, sample: bool) -> int:
+    """The weights a step reads: each layer's image (two norms' constants, the q, k, v and o
+    projections' blocks) and, on a step that samples, the final norm's constants and the LM head's
+    blocks over the image tokens once per prompt."""
+    d, L, PR, C = (dims[k] for k in ("d_model", "layers", "prompts", "codebook"))
+    layer = 2 * channel_bytes(d, data_width) + 4 * d // mv[1] * block_bytes(d, mv, data_width)
+    head = channel_bytes(d, data_width) + PR * C // mv[1] * block_bytes(d, mv, data_width)
+    return L * layer + (head if sample else 0)
+
+
 def sdram_beat_every(bytes_per_cycle: float, beat_bytes: int = 8) -> int:
     """Cycles from one data beat of the memory to the next at ``bytes_per_cycle`` (0: every cycle),
     as the decode step's bench paces cocotbext-axi's ``AxiRam`` on its R and W channels."""
@@ -57,17 +85,19 @@ def _sparse(manifest) -> tuple[int, int]:
     return (sp["sinks"], sp["window"]) if sp else (0, 0)
 
 
-def step_bytes(manifest, steps, data_width: int = 64) -> np.ndarray:
-    """``[len(steps), 2]``: the bytes read and written by each step."""
+def step_bytes(manifest, steps, data_width: int = 64, mv: tuple[int, int] = (8, 8)) -> np.ndarray:
+    """``[len(steps), 3]``: the bytes read and written by each step, and the weights' among those read
+    (``mv``: the MAC array's weight block, ``mv_in x mv_out``)."""
     dims = manifest["dims"]
-    d, L, B, H, dh = (dims[k] for k in ("d_model", "layers", "batch", "n_heads", "head_dim"))
+    d, L, B, H, dh, NS = (dims[k] for k in ("d_model", "layers", "batch", "n_heads", "head_dim", "samples"))
     entry = entry_bytes(dh, data_width)
     sinks, window = _sparse(manifest)
     start = manifest["prompt_len"]
     out = []
     for s in steps:
         emb = B * d * 4 * (2 if s >= start else 1)
-        out.append((emb + L * B * H * attended(s, sinks, window) * entry, L * B * H * entry))
+        w = weight_bytes(dims, mv, data_width, sample=start - 1 <= s < start - 1 + NS)
+        out.append((emb + L * B * H * attended(s, sinks, window) * entry + w, L * B * H * entry, w))
     return np.asarray(out, np.int64)
 
 

@@ -60,6 +60,8 @@ class System:
     window: int = 65                   # sparse attention window; >= tokens_per_frame + 1 so k(p - N) stays
     overlap: bool = False              # every compute hidden under SDRAM streaming (max), or the step as the
     #                                    RTL runs it (step_costs; nox -s step -- --calibrate)
+    block: tuple = (8, 8)              # the MAC array's weight block (mv_in x mv_out): streamed weights'
+    #                                    layout in memory (hw/step/weight_stream.py)
 
     @property
     def sdram_bytes_per_s(self) -> float:
@@ -79,11 +81,13 @@ class Dims:
     frames: int = 8
     batch: int = 4                     # two prompts, each with its CFG row
     prompts: int = 2
+    codebook: int = 512                # image tokens: the LM head the sampler draws from
 
     @classmethod
     def from_config(cls, mc, **kw):
         return cls(d=mc.d_model, d_ff=mc.d_ff, layers=mc.n_layers, heads=mc.n_heads, head_dim=mc.head_dim,
-                   vocab=mc.vocab_size, tokens_per_frame=mc.tokens_per_frame, prompt_len=mc.prompt_len, **kw)
+                   vocab=mc.vocab_size, tokens_per_frame=mc.tokens_per_frame, prompt_len=mc.prompt_len,
+                   codebook=mc.codebook_size, **kw)
 
     @property
     def positions(self) -> int:
@@ -202,10 +206,19 @@ def step_costs(m: Dims, s: System, p: Placement, stats: ReplayStats, *, sparse: 
     entry = entry_bytes(m.head_dim)
     kv_bytes = L * B * m.heads * entry * kv
     sdram = np.full(steps, float(B * d * 4 * 2))                  # each row's int32 embedding and spatial row
+    # Streamed weights as the RTL lays them out and reads them (hw/step/weight_stream.py,
+    # sw.perf.rtl_step.weight_bytes): each layer's norms and projections every step; the final norm
+    # and the LM head over the image tokens, once per prompt, on every image step but the last.
+    from sw.perf.rtl_step import weight_bytes
+
+    wd = {"d_model": d, "layers": L, "prompts": m.prompts, "codebook": m.codebook}
+    layer_w = weight_bytes(wd, s.block, sample=False)
+    head_w = weight_bytes(wd, s.block, sample=True) - layer_w
+    samples = first + np.arange(steps) < m.frames * m.tokens_per_frame - 1
     if p.streams("attention weights"):
-        sdram += L * 4 * d * d
+        sdram += layer_w
     if p.streams("LM head"):
-        sdram += d * m.vocab
+        sdram += head_w * samples
     if p.streams("MLP weights"):
         sdram += (~stats.all_replayed).sum(1) * 3 * d * m.d_ff
     if p.streams("KV cache") or not sparse:
@@ -257,13 +270,12 @@ def end_to_end(m: Dims, s: System, p: Placement, fastcar: ReplayStats, fastcar_s
 
 def rtl_as_built(m: Dims, s: System, fastcar: ReplayStats, fastcar_sa: ReplayStats | None,
                  coef=None) -> list[dict]:
-    """The four modes on the decode step as built in RTL (``hw/step/decode_step.py``: the embeddings
-    and the KV cache over AXI4, the weights and constants on its streams), each image step's cycles
-    by the cycle model fitted on RTL runs (:data:`sw.perf.rtl_step.CALIBRATED`, at its SDRAM
-    bandwidth, not :class:`System`'s); time at ``s.clock_mhz`` plus the link; speed-up against its
-    own dense mode. ``weights_mb``: what the weights would add over AXI4 if they streamed too (the
-    attention weights every step, the LM head every sampling step, an MLP's when a row of its group
-    computes), which the RTL does not do yet."""
+    """The four modes on the decode step as built in RTL (``hw/step/decode_step.py``: the embeddings,
+    the KV cache, the projections' and LM head's weights and the norms' constants over AXI4, the
+    MLP's weights resident), each image step's cycles by the cycle model fitted on RTL runs
+    (:data:`sw.perf.rtl_step.CALIBRATED`, at its SDRAM bandwidth, not :class:`System`'s); time at
+    ``s.clock_mhz`` plus the link; speed-up against its own dense mode. ``weights_mb``: the weights
+    it reads over AXI4 in a video (:func:`sw.perf.rtl_step.weight_bytes`)."""
     from sw.perf import rtl_step
 
     coef = np.asarray(rtl_step.CALIBRATED["coefficients"] if coef is None else coef, np.float64)
@@ -278,8 +290,9 @@ def rtl_as_built(m: Dims, s: System, fastcar: ReplayStats, fastcar_sa: ReplaySta
                       (~stats.all_replayed).sum(1)], 1)
         cycles = rtl_step.predict(x, coef)
         t = cycles / (s.clock_mhz * 1e6) + m.prompts * s.token_bytes * 10 / s.link_baud
-        weights = (m.layers * 4 * m.d * m.d * steps + m.d * m.vocab * (steps - 1)
-                   + (~stats.all_replayed).sum() * 3 * m.d * m.d_ff)
+        wd = {"d_model": m.d, "layers": m.layers, "prompts": m.prompts, "codebook": m.codebook}
+        weights = (rtl_step.weight_bytes(wd, s.block, sample=False)
+                   + rtl_step.weight_bytes(wd, s.block, sample=True) * (steps - 1))
         rows.append({"mode": mode, "cycles": float(cycles.sum()), "time_s": float(t.sum()),
                      "ms_per_token": float(t.mean() * 1e3), "weights_mb": weights / 1e6,
                      "replay_stats": stats.source})
@@ -383,7 +396,7 @@ def main(argv=None) -> int:
         m = Dims(d=mc["d_model"], d_ff=mc["d_ff"], layers=mc["n_layers"], heads=mc["n_heads"],
                  head_dim=mc["d_model"] // mc["n_heads"], vocab=mc["vocab_size"],
                  tokens_per_frame=mc["tokens_per_frame"], prompt_len=mc["prompt_len"],
-                 frames=tr.manifest["frames"],
+                 frames=tr.manifest["frames"], codebook=mc["codebook_size"],
                  batch=tr.dims["batch"], prompts=len(tr.manifest["decode"]["prompts"]))
         fc = ReplayStats.from_trace(args.trace)
         sa = ReplayStats.from_trace(args.sa_trace) if args.sa_trace else None
@@ -428,14 +441,14 @@ def main(argv=None) -> int:
         ("speed-up", lambda r: f"{r['speedup']:.2f}x")]))
     from sw.perf.rtl_step import CALIBRATED
 
-    print(f"\nThe decode step as built in RTL (the KV cache and embeddings over AXI4, the weights on its "
-          f"streams), cycles by the model fitted on RTL runs ({CALIBRATED['command']}; SDRAM "
+    print(f"\nThe decode step as built in RTL (the KV cache, embeddings and weights over AXI4, the MLP's "
+          f"weights resident), cycles by the model fitted on RTL runs ({CALIBRATED['command']}; SDRAM "
           f"{CALIBRATED['sdram_bytes_per_cycle']} bytes a cycle), at {s.clock_mhz:g} MHz; speed-up against "
           "its dense mode:")
     print(_table(rep["rtl_as_built"], [
         ("mode", lambda r: r["mode"]), ("ms / token step", lambda r: f"{r['ms_per_token']:.3f}"),
         ("s / video", lambda r: f"{r['time_s']:.3f}"), ("cycles / video", lambda r: f"{r['cycles']:,.0f}"),
-        ("weights if streamed, MB / video", lambda r: f"{r['weights_mb']:.1f}"),
+        ("weights over AXI4, MB / video", lambda r: f"{r['weights_mb']:.1f}"),
         ("speed-up", lambda r: f"{r['speedup']:.2f}x")]))
     args.out.mkdir(parents=True, exist_ok=True)
     tmp = args.out / "report.json.tmp"

@@ -42,27 +42,28 @@ def trace_dir(mode: str) -> Path:
     return REPO / "build" / "traces" / name
 
 
-def system_model_terms(manifest, replay, steps, sdram: float):
+def system_model_terms(manifest, replay, steps, sdram: float, mv=(8, 8)):
     """The system model's SDRAM bytes, compute cycles and step cycles over the image steps among
-    ``steps`` (KV cache streamed, weights on chip: what the RTL moves over AXI), with the memory at
-    the bench's bandwidth (``sdram`` bytes a cycle, paced in whole beats)."""
-    from sw.perf.system_model import Dims, Placement, ReplayStats, System, step_costs
+    ``steps`` with the placement the RTL has (the KV cache and the attention and LM head weights
+    streamed over AXI4, the MLP's weights resident; ``mv``: the MAC array's weight block), the memory
+    at the bench's bandwidth (``sdram`` bytes a cycle, paced in whole beats)."""
+    from sw.perf.system_model import AS_BUILT, Dims, ReplayStats, System, step_costs
 
     d = manifest["dims"]
     start, N = manifest["prompt_len"], d["tokens_per_frame"]
     img = [s for s in steps if s >= start]
     m = Dims(d=d["d_model"], d_ff=d["d_ff"], layers=d["layers"], heads=d["n_heads"], head_dim=d["head_dim"],
              vocab=d["vocab"], tokens_per_frame=N, prompt_len=start, frames=-(-len(img) // N),
-             batch=d["batch"], prompts=d["prompts"])
+             batch=d["batch"], prompts=d["prompts"], codebook=d["codebook"])
     rep = replay[img].astype(bool)
     stats = ReplayStats((~rep).sum(2), rep.all(2), "trace")
     sp = manifest["decode"]["sparse"]
     from sw.perf.rtl_step import sdram_beat_every
 
-    s = System()
+    s = System(block=tuple(mv))
     bench = 8 / sdram_beat_every(sdram) * s.clock_mhz * 1e6      # bytes a second the bench's AxiRam moves
     s = replace(s, sdram_efficiency=bench / (s.sdram_mhz * 1e6 * s.sdram_bytes_per_cycle))
-    c = step_costs(m, s, Placement(("KV cache",)), stats, sparse=sp is not None, first=img[0] - start)
+    c = step_costs(m, s, AS_BUILT, stats, sparse=sp is not None, first=img[0] - start)
     return {"image_steps": len(img), "sdram_bytes": c["sdram_bytes"], "compute_cycles": c["compute_cycles"],
             "step_cycles": c["step_cycles"]}
 
@@ -107,7 +108,9 @@ def _reusable(path: Path, spec: str, sdram: float) -> bool:
         rtl = json.loads(path.read_text())
     except (OSError, ValueError):
         return False
-    return rtl.get("steps") == _spec_steps(spec) and rtl.get("sdram_bytes_per_cycle") == sdram
+    # A run from before the weights were read over AXI4 has no "mv": run again.
+    return (rtl.get("steps") == _spec_steps(spec) and rtl.get("sdram_bytes_per_cycle") == sdram
+            and "mv" in rtl)
 
 
 def run(out: Path, *, steps: int, sdram: float, fit_modes, force: bool, jobs: int = 2, late=(261, 509),
@@ -158,16 +161,22 @@ def run(out: Path, *, steps: int, sdram: float, fit_modes, force: bool, jobs: in
         rows = []
         for r in runs.values():
             rtl, man = r["rtl"], r["manifest"]
-            exact = rtl_step.step_bytes(man, rtl["steps"], rtl["data_width"])
+            if "mv" not in rtl:
+                raise SystemExit(f"{r['name']}: the RTL run has no weight block (\"mv\"); it predates the "
+                                 "weights over AXI4: run it again")
+            exact = rtl_step.step_bytes(man, rtl["steps"], rtl["data_width"], tuple(rtl["mv"]))
             row = {"run": r["name"], "mode": r["mode"], "first_step": rtl["steps"][0],
                    "steps": len(rtl["steps"]),
                    "read_bytes": rtl["read_bytes"], "write_bytes": rtl["write_bytes"],
+                   "weight_read_bytes": rtl["weight_read_bytes"],
                    "formula_read": int(exact[:, 0].sum()), "formula_write": int(exact[:, 1].sum()),
+                   "formula_weights": int(exact[:, 2].sum()),
                    "rtl_cycles": int(sum(rtl["cycles"])), "seconds": r["seconds"]}
             if any(st >= man["prompt_len"] for st in rtl["steps"]):
-                sm = system_model_terms(man, r["replay"], rtl["steps"], sdram)
+                sm = system_model_terms(man, r["replay"], rtl["steps"], sdram, rtl["mv"])
                 img = [k for k, s in enumerate(rtl["steps"]) if s >= man["prompt_len"]]
-                row.update(image_steps=sm["image_steps"], rtl_image_bytes=int(exact[img].sum()),
+                row.update(image_steps=sm["image_steps"], rtl_image_bytes=int(exact[img, 0].sum()
+                                                                               + exact[img, 1].sum()),
                            system_model_image_bytes=sm["sdram_bytes"],
                            system_model_compute_cycles=sm["compute_cycles"],
                            system_model_cycles=sm["step_cycles"],
@@ -194,8 +203,9 @@ def run(out: Path, *, steps: int, sdram: float, fit_modes, force: bool, jobs: in
             man, rep = runs[mode]["manifest"], runs[mode]["replay"]
             S = man["dims"]["steps"]
             x, dw = rtl_step.features(man, rep, range(S)), runs[mode]["rtl"]["data_width"]
+            by = rtl_step.step_bytes(man, range(S), dw, tuple(runs[mode]["rtl"]["mv"]))
             v = {"mode": mode, "model_cycles": float(rtl_step.predict(x, coef).sum()),
-                 "sdram_bytes": int(rtl_step.step_bytes(man, range(S), dw).sum()),
+                 "sdram_bytes": int(by[:, :2].sum()), "weight_bytes": int(by[:, 2].sum()),
                  "replayed_rows": float(rep.mean())}
             if "video" in runs and runs["video"]["mode"] == mode:
                 v["rtl_cycles"] = int(sum(runs["video"]["rtl"]["cycles"]))
@@ -210,8 +220,9 @@ def run(out: Path, *, steps: int, sdram: float, fit_modes, force: bool, jobs: in
                   "fit_modes": list(fit_modes), "features": list(rtl_step.FEATURES),
                   "coefficients": [float(c) for c in coef], "runs": rows, "videos": videos,
                   "held_out_worst_total_error": max(abs(r["total_error"]) for r in held_out),
-                  "bytes_exact": all((r["read_bytes"], r["write_bytes"])
-                                     == (r["formula_read"], r["formula_write"]) for r in rows)}
+                  "bytes_exact": all((r["read_bytes"], r["write_bytes"], r["weight_read_bytes"])
+                                     == (r["formula_read"], r["formula_write"], r["formula_weights"])
+                                     for r in rows)}
         (tmp / "report.json").write_text(json.dumps(report, indent=1) + "\n")
         (tmp / "report.md").write_text(render_md(report))
         plot(runs, feats, coef, tmp / "cycles.png")
@@ -223,17 +234,20 @@ def render_md(rep) -> str:
     out = [f"RTL decode steps (`{rep['command']}`): SDRAM {rep['sdram_bytes_per_cycle']} bytes a cycle "
            f"(a 64-bit beat every {every} cycles on R and W, {8 / every:.2f} bytes a cycle); cycle model "
            f"fitted on the first steps of {', '.join(rep['fit_modes'])}, checked on every other run.",
-           "", "| run | steps | RTL cycles | cycle model | worst step | RTL bytes read + written (formula) |",
-           "|---|---|---|---|---|---|"]
+           "", "| run | steps | RTL cycles | cycle model | worst step | RTL bytes read + written (formula) "
+           "| of which weights |",
+           "|---|---|---|---|---|---|---|"]
     for r in rep["runs"]:
         fit = " (fitted)" if r["fitted_on"] else ""
-        same = "=" if (r["read_bytes"], r["write_bytes"]) == (r["formula_read"], r["formula_write"]) else "!="
+        same = "=" if ((r["read_bytes"], r["write_bytes"], r["weight_read_bytes"])
+                       == (r["formula_read"], r["formula_write"], r["formula_weights"])) else "!="
         out.append(f"| {r['run']} | {r['first_step']}-{r['first_step'] + r['steps'] - 1} | "
                    f"{r['rtl_cycles']:,} | {r['total_error']:+.1%}{fit} | {r['max_step_error']:.1%} | "
-                   f"{r['read_bytes'] + r['write_bytes']:,} ({same}) |")
+                   f"{r['read_bytes'] + r['write_bytes']:,} ({same}) | {r['weight_read_bytes']:,} |")
     out += ["", f"Worst held-out run: {rep['held_out_worst_total_error']:.1%} off the RTL's cycles; bytes "
             f"{'equal to the formula in every run' if rep['bytes_exact'] else 'NOT equal to the formula'}.",
-            "", "Against the system model (KV cache streamed, weights on chip), over each run's image steps:",
+            "", "Against the system model (the KV cache and the attention and LM head weights streamed, the "
+            "MLP's weights on chip), over each run's image steps:",
             "",
             "| run | RTL bytes | system model bytes | RTL cycles | system model cycles | of which compute |",
             "|---|---|---|---|---|---|"]
@@ -245,11 +259,13 @@ def render_md(rep) -> str:
                        f"{r['system_model_compute_cycles']:,.0f} |")
     out += ["", "The whole video (every step), by the cycle model; RTL where a whole video was simulated:",
             "",
-            "| mode | rows replayed | SDRAM MB | cycles (model) | cycles (RTL) | speed-up vs dense (model) |",
+            "| mode | rows replayed | SDRAM MB (weights) | cycles (model) | cycles (RTL) | speed-up vs dense "
+            "(model) |",
             "|---|---|---|---|---|---|"]
     for v in rep["videos"]:
         rtl = f"{v['rtl_cycles']:,}" if "rtl_cycles" in v else "-"
-        out.append(f"| {v['mode']} | {v['replayed_rows']:.1%} | {v['sdram_bytes'] / 1e6:.1f} | "
+        out.append(f"| {v['mode']} | {v['replayed_rows']:.1%} | {v['sdram_bytes'] / 1e6:.1f} "
+                   f"({v['weight_bytes'] / 1e6:.1f}) | "
                    f"{v['model_cycles']:,.0f} | {rtl} | {v['speedup_model']:.2f}x |")
     coef = ", ".join(f"{n} {c:.2f}" for n, c in zip(rep["features"], rep["coefficients"], strict=True))
     out += ["", f"Cycle model coefficients: {coef}.", ""]
