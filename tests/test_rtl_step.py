@@ -99,3 +99,18 @@ def test_weight_bytes_is_the_weight_streams_layout():
             assert layer == 4 * layer_words(96, *mv, dw) * dw // 8
             head = rtl_step.weight_bytes(dims, mv, dw, sample=True) - layer
             assert head == (channel_words(96, dw) + 2 * head_words(96, 512, *mv, dw)) * dw // 8
+
+
+def test_the_calibrations_system_model_terms_on_later_steps():
+    """``tb.step.calibrate`` compares the system model with RTL runs that start late or end the video:
+    its SDRAM bytes over a run's image steps are the exact bytes there too (the LM head read on every
+    step that samples, not on the last)."""
+    from tb.step.calibrate import system_model_terms
+
+    dims = {**MANIFEST["dims"], "d_ff": 256, "vocab": 529, "tokens_per_frame": 64, "steps": 517}
+    for sparse in (MANIFEST["decode"]["sparse"], None):
+        man = {**MANIFEST, "dims": dims, "decode": {"sparse": sparse}}
+        for steps in (range(0, 85), range(261, 265), range(509, 517)):
+            got = system_model_terms(man, np.zeros((517, 4, 4), np.uint8), list(steps), 2.8)["sdram_bytes"]
+            img = [s for s in steps if s >= man["prompt_len"]]
+            assert got == rtl_step.step_bytes(man, img, 64)[:, :2].sum(), (sparse, steps)

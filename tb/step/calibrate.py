@@ -53,7 +53,7 @@ def system_model_terms(manifest, replay, steps, sdram: float, mv=(8, 8)):
     start, N = manifest["prompt_len"], d["tokens_per_frame"]
     img = [s for s in steps if s >= start]
     m = Dims(d=d["d_model"], d_ff=d["d_ff"], layers=d["layers"], heads=d["n_heads"], head_dim=d["head_dim"],
-             vocab=d["vocab"], tokens_per_frame=N, prompt_len=start, frames=-(-len(img) // N),
+             vocab=d["vocab"], tokens_per_frame=N, prompt_len=start, frames=(d["steps"] - start) // N,
              batch=d["batch"], prompts=d["prompts"], codebook=d["codebook"])
     rep = replay[img].astype(bool)
     stats = ReplayStats((~rep).sum(2), rep.all(2), "trace")
