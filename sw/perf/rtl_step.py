@@ -25,12 +25,12 @@ FEATURES = ("step", "sample", "position", "computed_row", "computing_group")
 
 #: The coefficients of :data:`FEATURES` fitted on RTL runs: ``command`` (the first 85 steps of dense
 #: and FastCar, ``build/step/calibration/report.json``) with the memory at ``sdram_bytes_per_cycle``
-#: (a 64-bit beat every 3 cycles); :func:`sw.perf.system_model.rtl_as_built` uses them. ``sample`` comes
-#: out negative: every image step but the last samples, so in these runs it only tells the three
-#: fitted prompt steps (which cost more than the image steps' constant) from the image steps; it is
-#: not the token head's cost, which the step's constant carries.
+#: (a 64-bit beat every 3 cycles) and the weights read over AXI4; :func:`sw.perf.system_model.rtl_as_built`
+#: uses them. ``step`` and ``sample`` are mostly the weights' reads (each layer's every step, the LM
+#: head's on a step that samples), under which the rest of the step's compute runs; ``position`` is a
+#: key and value's 6 beats.
 CALIBRATED = {"command": "nox -s step -- --calibrate", "sdram_bytes_per_cycle": 2.8,
-              "coefficients": (21439.60, -4528.51, 17.91, 128.37, 136.16)}
+              "coefficients": (57474.41, 39972.70, 18.07, 165.99, 315.87)}
 
 
 def attended(p: int, sinks: int, window: int) -> int:
