@@ -2,12 +2,12 @@
 
 Exports the full-step trace of the prompts (the integer golden model's generation,
 ``python sw/export_trace.py --full-step``), then runs every step of it on Verilator through
-:class:`hw.step.decode_step.DecodeStep` with the KV cache and the embeddings in cocotbext-axi's
-``AxiRam``: after the prompt, each step's tokens are the ones the RTL drew after the step before,
-fed back on chip; each is compared with the golden model's as it is drawn. Writes, under the output
-directory: ``trace/`` (the golden model's), ``rtl.json`` (the RTL's tokens, each step's cycles, the
-bytes read and written), ``video.png`` (each prompt's frames from the RTL's tokens above the golden
-model's) and ``report.json``.
+:class:`hw.step.decode_step.DecodeStep` with the embeddings, the KV cache and the weights in
+cocotbext-axi's ``AxiRam``: after the prompt, each step's tokens are the ones the RTL drew after the
+step before, fed back on chip; each is compared with the golden model's as it is drawn. Writes,
+under the output directory: ``trace/`` (the golden model's), ``rtl.json`` (the RTL's tokens, each
+step's cycles, the bytes read and written), ``video.png`` (each prompt's frames from the RTL's
+tokens above the golden model's) and ``report.json``.
 """
 
 import argparse
