@@ -303,6 +303,12 @@ MUTANTS = [
     _m("channel-join-stale", "channel join: a group's constants are not taken again, so every group "
        "gets the first's", "hw/step/channel_join.py", "m.d.sync += got.eq(0)", "m.d.sync += got.eq(got)",
        "tests/test_step_memory.py"),
+    _m("weight-stream-head-once", "weight stream: the LM head's blocks read for the first prompt only, so "
+       "the second prompt's logits get no weights", "hw/step/weight_stream.py", "with m.If(pr == PR - 1):",
+       "with m.If(pr == 0):", "tests/test_weight_stream.py"),
+    _m("axi-read-mux-one-id", "AXI read mux: every burst asked for with ID 0, so every answer goes to the "
+       "first manager", "hw/lib/axi_read_mux.py", "m.d.comb += bus.arid.eq(g)", "m.d.comb += bus.arid.eq(0)",
+       "tests/test_axi_read_mux.py"),
 ]
 
 
