@@ -104,20 +104,42 @@ def weight_frames(w, mult, shift, ni, no, f_w):
     return frames
 
 
-async def burst_monitor(dut, ch, nb, max_burst, bursts, prefix="m_axi"):
-    """Checks every burst address an AXI4 manager gives on channel ``ch`` (``"ar"`` or ``"aw"`` of
-    ``prefix``): incrementing, ``nb`` bytes a beat, at most ``max_burst`` beats, never across a 4 KB
-    boundary; appends ``(addr, words)`` to ``bursts``."""
+def check_burst(a, n, burst, size, nb, max_burst):
+    """One AXI4 burst of ``n`` beats at ``a``: incrementing, ``nb`` bytes a beat, at most ``max_burst``
+    beats, never across a 4 KB boundary."""
     from hw.lib.axi import BOUNDARY_BYTES
 
+    assert burst == 1, f"burst at {a:#x}: type {burst}, not INCR"
+    assert size == nb.bit_length() - 1, f"burst at {a:#x}: size {size}, not {nb} bytes a beat"
+    assert n <= max_burst, f"burst of {n} words at {a:#x}: more than {max_burst}"
+    assert a // BOUNDARY_BYTES == (a + n * nb - 1) // BOUNDARY_BYTES, \
+        f"burst of {n} words at {a:#x} crosses a 4 KB boundary"
+
+
+async def burst_monitor(dut, ch, nb, max_burst, bursts, prefix="m_axi"):
+    """Checks every burst address an AXI4 manager gives on channel ``ch`` (``"ar"`` or ``"aw"`` of
+    ``prefix``) with :func:`check_burst`; appends ``(addr, words)`` to ``bursts``. A coroutine that
+    samples the channel every cycle; :func:`tap_bursts` does the same at no cost per cycle where a
+    cocotbext-axi slave takes the channel."""
     sig = {n: getattr(dut, f"{prefix}_{ch}{n}") for n in ("valid", "ready", "addr", "len", "burst", "size")}
     while True:
         await RisingEdge(dut.clk)
         if sig["valid"].value and sig["ready"].value:
             a, n = int(sig["addr"].value), int(sig["len"].value) + 1
-            assert int(sig["burst"].value) == 1
-            assert int(sig["size"].value) == nb.bit_length() - 1
-            assert n <= max_burst, f"burst of {n} words at {a:#x}: more than {max_burst}"
-            assert a // BOUNDARY_BYTES == (a + n * nb - 1) // BOUNDARY_BYTES, \
-                f"burst of {n} words at {a:#x} crosses a 4 KB boundary"
+            check_burst(a, n, int(sig["burst"].value), int(sig["size"].value), nb, max_burst)
             bursts.append((a, n))
+
+
+def tap_bursts(sink, ch, nb, max_burst, bursts):
+    """As :func:`burst_monitor`, on a cocotbext-axi slave's address channel ``sink`` (an ``AxiRam``'s
+    ``read_if.ar_channel`` or ``write_if.aw_channel``; ``ch``: ``"ar"`` or ``"aw"``): each burst is
+    checked and recorded as the sink takes it, in the clock edge of its handshake."""
+    put = sink.queue.put_nowait
+
+    def taken(obj):
+        a, n = int(getattr(obj, f"{ch}addr")), int(getattr(obj, f"{ch}len")) + 1
+        check_burst(a, n, int(getattr(obj, f"{ch}burst")), int(getattr(obj, f"{ch}size")), nb, max_burst)
+        bursts.append((a, n))
+        put(obj)
+
+    sink.queue.put_nowait = taken

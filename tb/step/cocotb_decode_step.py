@@ -31,7 +31,7 @@ import os
 import cocotb
 import numpy as np
 from cocotb.clock import Clock
-from cocotb.triggers import ClockCycles, RisingEdge
+from cocotb.triggers import ClockCycles, Event, RisingEdge
 from cocotbext.axi import (
     AxiBus,
     AxiRam,
@@ -59,11 +59,11 @@ from tb.stalls import random_pauses
 from tb.step.bench import (
     CLOCK_NS,
     Bench,
-    burst_monitor,
     fields,
     pack,
     stall_settings,
     stream_model,
+    tap_bursts,
     unpack,
 )
 from tb.step.cocotb_step_mlp import position, step_layers
@@ -221,8 +221,8 @@ async def decode_steps(dut):
             tb.ram.write(kv_address(kv_base, dims, dw, li, b, h, s), entry.ljust(ew, b"\0"))
     await tb.reset()
     bursts = {"ar": [], "aw": []}
-    for ch, pre in (("ar", "rd"), ("aw", "wr")):
-        cocotb.start_soon(burst_monitor(dut, ch, dw // 8, 16, bursts[ch], prefix=pre))
+    tap_bursts(tb.ram.read_if.ar_channel, "ar", dw // 8, 16, bursts["ar"])
+    tap_bursts(tb.ram.write_if.aw_channel, "aw", dw // 8, 16, bursts["aw"])
     await tb.src["cfg"].send(AxiStreamFrame(config_words(cfg, step_layers(t, L))))
     await tb.src["cfg"].wait()
     f_seed = fields(seed_layout(PR))
@@ -238,6 +238,7 @@ async def decode_steps(dut):
     f_i = fields(decode_command_layout(B, dims["vocab"], dims["positions"], N))
     f_mg, f_g = fields(mlp_group_layout(cfg)), fields(group_layout(dh, dims["positions"]))
     done = {"steps": 0}
+    stepped, decided = Event(), Event()             # no coroutine waits a cycle at a time
 
     def sampling(s):
         return L0 <= s < L0 + NS
@@ -245,7 +246,8 @@ async def decode_steps(dut):
     async def feed():
         for n, s in enumerate(steps):
             while done["steps"] < n - AHEAD:
-                await RisingEdge(dut.clk)
+                stepped.clear()
+                await stepped.wait()
             frame, index = position(s, start, N)
             cmd = {"step.pos": s, "step.index": index, "step.spatial": int(s >= start),
                    "step.replaying": int(fastcar and s - start >= N), "sample": int(sampling(s)),
@@ -263,12 +265,13 @@ async def decode_steps(dut):
 
     decisions = []
 
-    async def collect(name, into):
+    async def collect(name, into, event):
         while True:
             into.extend((await tb.out[name].recv()).tdata)
+            event.set()
 
     cocotb.start_soon(feed())
-    cocotb.start_soon(collect("d", decisions))
+    cocotb.start_soon(collect("d", decisions, decided))
     f_r, f_d = fields(residual_out_layout()), fields(decision_layout())
     f_o, f_z = fields(sampler_out_layout(PR, C)), fields(sampler_z_layout(PR, C))
     drawn, cycles, step_bytes = [], [], []
@@ -302,7 +305,8 @@ async def decode_steps(dut):
                 assert tok == want_tok[k, p], f"{where}: RTL token {tok}, expected {want_tok[k, p]}"
                 drawn.append(tok)
         while len(decisions) < (len(cycles) + 1) * L * B:      # the step's last layer has left the MLP
-            await RisingEdge(dut.clk)
+            decided.clear()
+            await decided.wait()
         now = cocotb.utils.get_sim_time("ns")
         cycles.append(int((now - t0) // CLOCK_NS))
         words = [sum(n for _, n in bursts[ch]) for ch in ("ar", "aw")]
@@ -310,6 +314,7 @@ async def decode_steps(dut):
         moved = words
         t0 = now
         done["steps"] += 1
+        stepped.set()
         if s % 32 == 0 or s == steps[-1]:
             dut._log.info(f"step {s}: bit-exact ({cycles[-1]} cycles)")
 
