@@ -124,7 +124,7 @@ def test_softmax_av_attends_as_the_trace(request, step_trace, stall):
 @pytest.mark.skipif("icarus" not in available_simulators(), reason="Icarus Verilog is not installed")
 def test_softmax_av_on_icarus(small_trace):
     run_softmax(small_trace, "icarus", "icarus", FASTCAR_STALL="0.2", FASTCAR_SEED="8",
-                FASTCAR_STEPS="stride:4")
+                FASTCAR_STEPS="stride:16")
 
 
 def test_a_planted_wrong_attention_is_named(step_trace):
@@ -216,7 +216,7 @@ def test_attention_with_sparse_masks(small_sparse_trace):
 @pytest.mark.skipif("icarus" not in available_simulators(), reason="Icarus Verilog is not installed")
 def test_attention_head_on_icarus(small_trace):
     run_attention("attention_head", small_trace, "icarus", "icarus", FASTCAR_STALL="0.2", FASTCAR_SEED="14",
-                  FASTCAR_STEPS="stride:12")
+                  FASTCAR_STEPS="stride:32")
 
 
 @pytest.mark.parametrize("block, plant, named", [
@@ -309,7 +309,7 @@ def test_token_head_draws_the_trace(request, step_trace, stall):
 @pytest.mark.skipif("icarus" not in available_simulators(), reason="Icarus Verilog is not installed")
 def test_token_head_on_icarus(small_trace):
     run_token_head(small_trace, "icarus", "icarus", FASTCAR_STALL="0.2", FASTCAR_SEED="22",
-                   FASTCAR_STRIDE="8")
+                   FASTCAR_STRIDE="16")
 
 
 @pytest.mark.parametrize("plant, named", [("z:1:0:5", "prompt 0, element 5"),
