@@ -129,7 +129,9 @@ def step(session):
     (tb/step/video.py; default mode fastcar+sparse; ``--sdram 2.8``: the memory at the system model's
     bandwidth), into build/step/video. ``nox -s step -- --calibrate [--reuse] [--video DIR]``: RTL
     cycles and SDRAM bytes of the four modes against the system model (tb/step/calibrate.py, about
-    50 minutes on 2 cores), into build/step/calibration."""
+    50 minutes on 2 cores), into build/step/calibration. ``nox -s step -- --e2e [--hours H]``: the
+    whole video's cycles and bytes in dense and sparse attention, measured in chunks of steps that
+    can be spread over several sittings (tb/step/e2e.py), into build/step/e2e."""
     install(session, "ml,hw,sim")
     link_verilator(session)
     import argparse
@@ -141,7 +143,12 @@ def step(session):
     ap.add_argument("--prompt", action="append", default=[], help="with --video: a prompt (repeatable)")
     ap.add_argument("--calibrate", action="store_true",
                     help="RTL cycles and SDRAM bytes of the four modes against the system model")
+    ap.add_argument("--e2e", action="store_true",
+                    help="the whole video's RTL cycles in dense and sparse attention, in chunks")
     args, rest = ap.parse_known_args(session.posargs)
+    if args.e2e:
+        session.run("python", "-m", "tb.step.e2e", *rest)
+        return
     if args.calibrate:
         session.run("python", "-m", "tb.step.calibrate", "--force", *rest)
         return

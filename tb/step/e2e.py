@@ -1,0 +1,193 @@
+"""``nox -s step -- --e2e [--e2e-mode dense|sparse] [--chunk 32] [--jobs 2] [--hours H]``: a whole video's
+RTL cycles and SDRAM bytes, measured in chunks of steps that run side by side and can be spread over
+several sittings.
+
+Every chunk's result is kept under ``build/step/e2e/<mode>/`` (one JSON file per chunk, written whole
+or not at all); a rerun measures only the chunks still missing, and ``--hours`` stops starting new
+chunks after that long. When every chunk of a mode is there, ``report.json`` gets that mode's whole
+video: the sum of the steps' cycles and bytes, beside the fitted cycle model
+(:mod:`sw.perf.rtl_step`) over the same steps.
+
+A chunk that measures steps ``[A, A + n)`` runs steps ``A - 1`` to ``A + n`` and keeps the middle
+``n``: a run's first step starts from an idle pipeline and its last one prefetches nothing for a next
+one. The steps between are the same, to the cycle and the byte, as the same steps of one run from
+step 0 (dense at 2.8 bytes a cycle: steps 41-48 of a run from step 40 against the first 85 steps).
+The first chunk starts at step 0 and the last one ends at the video's last step, as the whole run does.
+FastCar's modes cannot start late (the replay cache is on chip): only dense and sparse attention are
+measured in chunks.
+"""
+
+import argparse
+import json
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+CHUNKED_MODES = ("dense", "sparse")
+
+
+def chunks(S: int, n: int) -> list[tuple[int, int]]:
+    """The chunks ``(A, n)`` that cover steps ``0 .. S - 1``, ``n`` steps each (the last one shorter)."""
+    if S < 1 or n < 1:
+        raise ValueError(f"{S} steps in chunks of {n}")
+    return [(a, min(n, S - a)) for a in range(0, S, n)]
+
+
+def run_spec(a: int, n: int, S: int) -> tuple[str, int, int]:
+    """``FASTCAR_STEPS`` of the run that measures chunk ``(a, n)`` of ``S`` steps, and the index range of
+    the run's steps that the chunk keeps: one step before it (unless it starts the video) and one after
+    (unless it ends it)."""
+    lo, hi = max(a - 1, 0), min(a + n + 1, S)
+    return f"from:{lo}:{hi - lo}", a - lo, a - lo + n
+
+
+def chunk_file(out: Path, mode: str, a: int) -> Path:
+    return out / mode / f"{a:04d}.json"
+
+
+def _measure(todo, variant: str, sdram: float, out: Path, deadline: float) -> list[str]:
+    """Run the chunks ``todo`` (``(mode, S, a, n)``) one after another on the build ``variant``, each
+    into its chunk file, until ``deadline`` (``time.time()``)."""
+    import tempfile
+
+    from sw.atomic import atomic_file
+    from tb.step.calibrate import trace_dir
+    from tb.step.test_step import run_decode_step
+
+    done = []
+    for mode, S, a, n in todo:
+        if time.time() > deadline:
+            break
+        spec, i, j = run_spec(a, n, S)
+        t0 = time.monotonic()
+        with tempfile.TemporaryDirectory() as tmp:
+            raw = Path(tmp) / "rtl.json"
+            run_decode_step(trace_dir(mode), "verilator", f"e2e-{mode}-{a}", taps=False, variant=variant,
+                            FASTCAR_STEPS=spec, FASTCAR_SDRAM=str(sdram), FASTCAR_OUT=str(raw))
+            rtl = json.loads(raw.read_text())
+        keep = {"mode": mode, "steps": rtl["steps"][i:j], "cycles": rtl["cycles"][i:j],
+                "step_bytes": rtl["step_bytes"][i:j], "run": spec, "sdram_bytes_per_cycle": sdram,
+                "data_width": rtl["data_width"], "mv": rtl["mv"],
+                "seconds": round(time.monotonic() - t0, 1)}
+        assert keep["steps"] == list(range(a, a + n)), (spec, rtl["steps"])
+        path = chunk_file(out, mode, a)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with atomic_file(path) as f:
+            Path(f).write_text(json.dumps(keep) + "\n")
+        print(f"{mode} steps {a}-{a + n - 1}: {sum(keep['cycles']):,} cycles, {keep['seconds']:.0f} s",
+              file=sys.stderr)
+        done.append(path.name)
+    return done
+
+
+def load_chunk(path: Path, mode: str, a: int, n: int, sdram: float) -> dict | None:
+    """A chunk file's result, or ``None`` when it is missing; one naming the file and field when it
+    does not belong to this measurement."""
+    if not path.exists():
+        return None
+    try:
+        c = json.loads(path.read_text())
+    except ValueError as e:
+        raise SystemExit(f"{path}: not JSON ({e}); remove it to measure the chunk again") from None
+    for field, want in (("mode", mode), ("steps", list(range(a, a + n))), ("sdram_bytes_per_cycle", sdram)):
+        if c.get(field) != want:
+            raise SystemExit(f"{path}: {field} is {c.get(field)!r}, expected {want!r} (another chunk size or "
+                             f"bandwidth: remove build/step/e2e/{mode} or pass the same --chunk and --sdram)")
+    for field in ("cycles", "step_bytes"):
+        if len(c.get(field, [])) != n:
+            raise SystemExit(f"{path}: {field} has {len(c.get(field, []))} steps, expected {n}")
+    return c
+
+
+def report(out: Path, modes, n: int, sdram: float) -> dict:
+    """Each mode's measured chunks so far, and its whole video once every chunk is there."""
+    import numpy as np
+
+    from sw.perf import rtl_step
+    from sw.trace.full_step import load_full_step
+    from tb.step.calibrate import trace_dir
+
+    rep = {"command": "nox -s step -- --e2e", "sdram_bytes_per_cycle": sdram, "chunk": n, "modes": {}}
+    coef = rtl_step.CALIBRATED["coefficients"]
+    for mode in modes:
+        tr = load_full_step(trace_dir(mode), verify=False)
+        S = tr.manifest["dims"]["steps"]
+        parts = [load_chunk(chunk_file(out, mode, a), mode, a, m, sdram) for a, m in chunks(S, n)]
+        have = [c for c in parts if c]
+        steps = [s for c in have for s in c["steps"]]
+        cycles = np.asarray([x for c in have for x in c["cycles"]], np.float64)
+        moved = np.asarray([x for c in have for x in c["step_bytes"]], np.int64).reshape(-1, 2)
+        row = {"chunks": f"{len(have)}/{len(parts)}", "steps_measured": len(steps),
+               "rtl_cycles": int(cycles.sum()), "read_bytes": int(moved[:, 0].sum()),
+               "write_bytes": int(moved[:, 1].sum()),
+               "simulation_seconds": round(sum(c["seconds"] for c in have))}
+        if steps:
+            model = rtl_step.predict(rtl_step.features(tr.manifest, tr.t["replay"], steps), coef)
+            exact = rtl_step.step_bytes(tr.manifest, steps, have[0]["data_width"], tuple(have[0]["mv"]))
+            row.update(model_cycles=round(float(model.sum())),
+                       model_error=float(model.sum() / cycles.sum() - 1),
+                       max_step_error=float(np.abs(model / cycles - 1).max()),
+                       bytes_equal_formula=bool((exact[:, :2] == moved).all()))
+        row["whole_video"] = len(have) == len(parts)
+        rep["modes"][mode] = row
+    m = rep["modes"]
+    if all(m.get(k, {}).get("whole_video") for k in CHUNKED_MODES):
+        rep["sparse_speedup_over_dense"] = m["dense"]["rtl_cycles"] / m["sparse"]["rtl_cycles"]
+    return rep
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m tb.step.e2e", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--e2e-mode", dest="modes", action="append", choices=CHUNKED_MODES,
+                    help="mode (repeatable; default: dense and sparse)")
+    ap.add_argument("--chunk", type=int, default=32, help="steps a chunk measures (default 32)")
+    ap.add_argument("--sdram", type=float, default=2.8, help="bytes a cycle of the memory (default 2.8)")
+    ap.add_argument("--jobs", type=int, default=2, help="simulations side by side (default 2)")
+    ap.add_argument("--hours", type=float, default=None, help="start no chunk after this many hours")
+    ap.add_argument("--range", default=None, metavar="A:B",
+                    help="measure only the chunks that start in steps A to B - 1")
+    ap.add_argument("--report-only", action="store_true", help="measure nothing; report the chunks there")
+    ap.add_argument("--out", type=Path, default=REPO / "build" / "step" / "e2e")
+    args = ap.parse_args(argv)
+    modes = args.modes or list(CHUNKED_MODES)
+    out = args.out.resolve()
+
+    from sw.atomic import atomic_file
+    from sw.trace.export import main as export_main
+    from sw.trace.full_step import load_full_step
+    from tb.step.calibrate import trace_dir
+    from tb.step.modes import STEP_MODES
+
+    lo, hi = 0, float("inf")
+    if args.range:
+        try:
+            lo, hi = (int(x) for x in args.range.split(":"))
+        except ValueError:
+            ap.error(f"--range {args.range}: expected A:B")
+    todo = []
+    for mode in modes:
+        if not (trace_dir(mode) / "manifest.json").exists() and \
+                export_main(["--full-step", "--out", str(trace_dir(mode)), "--force", *STEP_MODES[mode]]):
+            raise SystemExit(f"the {mode} trace export failed")
+        S = load_full_step(trace_dir(mode), verify=False).manifest["dims"]["steps"]
+        todo += [(mode, S, a, n) for a, n in chunks(S, args.chunk)
+                 if lo <= a < hi and load_chunk(chunk_file(out, mode, a), mode, a, n, args.sdram) is None]
+    if todo and not args.report_only:
+        print(f"{len(todo)} chunks to measure", file=sys.stderr)
+        deadline = time.time() + (args.hours * 3600 if args.hours else float("inf"))
+        shares = [todo[k::args.jobs] for k in range(args.jobs)]
+        with ProcessPoolExecutor(args.jobs) as pool:
+            list(pool.map(_measure, shares, [f"cal{k or ''}" for k in range(args.jobs)],
+                          [args.sdram] * args.jobs, [out] * args.jobs, [deadline] * args.jobs))
+    rep = report(out, modes, args.chunk, args.sdram)
+    out.mkdir(parents=True, exist_ok=True)
+    with atomic_file(out / "report.json") as f:
+        Path(f).write_text(json.dumps(rep, indent=1) + "\n")
+    print(json.dumps(rep, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,47 @@
+"""The whole-video measurement in chunks (``tb/step/e2e.py``): which steps each chunk's run takes and
+keeps, and chunk files that belong to another measurement refused by name."""
+
+import json
+
+import pytest
+
+from tb.step.e2e import chunk_file, chunks, load_chunk, run_spec
+
+
+def test_chunks_cover_every_step_once():
+    for S, n in ((517, 32), (133, 7), (5, 8), (64, 64)):
+        cs = chunks(S, n)
+        assert [s for a, m in cs for s in range(a, a + m)] == list(range(S))
+    with pytest.raises(ValueError):
+        chunks(10, 0)
+
+
+@pytest.mark.parametrize("a, n, S, spec, keep", [
+    (0, 32, 517, "from:0:33", (0, 32)),        # the video's first step is a run's first step
+    (32, 32, 517, "from:31:34", (1, 33)),      # a step before and a step after, dropped
+    (512, 5, 517, "from:511:6", (1, 6)),       # the video's last step is a run's last step
+    (0, 5, 5, "from:0:5", (0, 5))])
+def test_a_chunks_run_has_one_step_either_side(a, n, S, spec, keep):
+    got, i, j = run_spec(a, n, S)
+    assert (got, (i, j)) == (spec, keep)
+    lo, count = (int(x) for x in spec.split(":")[1:])
+    assert list(range(lo, lo + count))[i:j] == list(range(a, a + n))
+
+
+def test_a_chunk_of_another_measurement_is_refused(tmp_path):
+    path = chunk_file(tmp_path, "dense", 32)
+    path.parent.mkdir(parents=True)
+    good = {"mode": "dense", "steps": list(range(32, 64)), "sdram_bytes_per_cycle": 2.8,
+            "cycles": [1] * 32, "step_bytes": [[8, 0]] * 32}
+    path.write_text(json.dumps(good))
+    assert load_chunk(path, "dense", 32, 32, 2.8)["cycles"] == [1] * 32
+    assert load_chunk(tmp_path / "none.json", "dense", 32, 32, 2.8) is None
+    for field, value, named in (("sdram_bytes_per_cycle", 0.0, "sdram_bytes_per_cycle is 0.0"),
+                                ("steps", list(range(32, 48)), "steps is"),
+                                ("cycles", [1] * 31, "cycles has 31 steps, expected 32")):
+        path.write_text(json.dumps({**good, field: value}))
+        with pytest.raises(SystemExit, match=f"{path}: {named}"):
+            load_chunk(path, "dense", 32, 32, 2.8)
+    path.write_text("{")
+    with pytest.raises(SystemExit, match="not JSON"):
+        load_chunk(path, "dense", 32, 32, 2.8)
