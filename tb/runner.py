@@ -163,7 +163,7 @@ _built: dict[tuple[str, Path, bool], object] = {}
 
 
 def build(make_top, toplevel: str, build_dir: Path, sim: str, *, waves: bool = False,
-          extra_sources=(), key=None, public: str = "all", fast: bool | None = None):
+          extra_sources=(), key=None, public: str = "all", fast: bool | None = None, public_vars=()):
     """Export ``make_top()`` to Verilog and build it for ``sim`` (once per build directory).
 
     ``make_top`` is a callable so that nothing is elaborated when the build is cached. With ``key``
@@ -173,6 +173,8 @@ def build(make_top, toplevel: str, build_dir: Path, sim: str, *, waves: bool = F
     every signal (cocotb's default), which lets Verilator optimise the design; testbenches that
     only touch ports should use it, and it brings :data:`VERILATOR_FAST` and
     :data:`VERILATOR_OPT_FAST` along (``fast`` overrides that choice, for measuring it).
+    ``public_vars`` (with ``public="ports"``) are further ``(module, variable)`` patterns of the
+    Verilator control file, for a testbench that reaches inside (a memory it preloads).
     Parallel workers share a build directory safely (a lock file).
     """
     from amaranth.back import verilog
@@ -206,6 +208,7 @@ def build(make_top, toplevel: str, build_dir: Path, sim: str, *, waves: bool = F
             if public == "ports":
                 vlt = build_dir / "public.vlt"
                 text = f'`verilator_config\npublic_flat_rw -module "{toplevel}" -var "*"\n'
+                text += "".join(f'public_flat_rw -module "{mod}" -var "{var}"\n' for mod, var in public_vars)
                 if not vlt.exists() or vlt.read_text() != text:
                     vlt.write_text(text)
                 sources.insert(0, vlt)   # cocotb takes the last source's language as the top's
@@ -234,17 +237,18 @@ def build(make_top, toplevel: str, build_dir: Path, sim: str, *, waves: bool = F
 
 def run_cocotb(make_top, *, toplevel: str, test_module: str, test_dir: Path, build_dir: Path, sim: str,
                env: dict[str, str], results_name: str = "results.xml", testcase=None,
-               extra_sources=(), key=None, public: str = "all", fast: bool | None = None) -> int:
+               extra_sources=(), key=None, public: str = "all", fast: bool | None = None,
+               public_vars=()) -> int:
     """Build (cached), run the cocotb tests, and raise :class:`CocotbFailure` on any failure.
 
     Set ``FASTCAR_WAVES=1`` to dump waveforms into ``build_dir``. ``extra_sources`` are further
-    Verilog files (simulation models of vendor primitives); ``key``, ``public`` and ``fast`` as in
-    :func:`build`.
+    Verilog files (simulation models of vendor primitives); ``key``, ``public``, ``fast`` and
+    ``public_vars`` as in :func:`build`.
     Returns the number of cocotb tests that ran.
     """
     waves = os.environ.get("FASTCAR_WAVES", "0") not in ("", "0")
     runner = build(make_top, toplevel, build_dir, sim, waves=waves, extra_sources=extra_sources,
-                   key=key, public=public, fast=fast)
+                   key=key, public=public, fast=fast, public_vars=public_vars)
     results = Path(build_dir) / results_name
     if results.exists():
         results.unlink()

@@ -45,3 +45,18 @@ def test_a_chunk_of_another_measurement_is_refused(tmp_path):
     path.write_text("{")
     with pytest.raises(SystemExit, match="not JSON"):
         load_chunk(path, "dense", 32, 32, 2.8)
+
+
+@pytest.mark.parametrize("first", [0, 5, 40, 69, 100, 132, 517])
+def test_the_preloaded_replay_cache_is_the_latest_step_at_each_position(first):
+    from tb.step.cocotb_decode_step import replay_cache_preload
+
+    start, N = 5, 64
+    got = replay_cache_preload(first, start, N)
+    indexes = [i for _, i in got]
+    assert len(set(indexes)) == len(indexes)
+    for s, i in got:
+        assert start <= s < first and (s - start) % N == i
+        assert not any((u - start) % N == i for u in range(s + 1, first))     # none later at that position
+    want = min(N, max(0, first - start))
+    assert len(got) == want

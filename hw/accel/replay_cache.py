@@ -80,6 +80,17 @@ class ReplayCache(wiring.Component):
     def depth(self):
         return self._layers * self._n * self._batch
 
+    def entry(self, layer: int, index: int, row: int) -> int:
+        """The entry of (``layer``, ``index``, ``row``): the address ``elaborate`` computes."""
+        return (layer * self._n + index) * self._batch + row
+
+    @property
+    def bank_slices(self) -> list[tuple[int, int]]:
+        """``(lo, width)`` of the bits of an entry's ``y`` (``8 * dim``, element ``e`` in bits
+        ``8 e`` to ``8 e + 7``) that block RAM ``bank_<n>`` holds, for each ``n``."""
+        bits = 8 * self._dim
+        return [(lo, min(self._bank_width, bits - lo)) for lo in range(0, bits, self._bank_width)]
+
     def elaborate(self, platform):
         m = Module()
         p = self.i.p
@@ -99,8 +110,7 @@ class ReplayCache(wiring.Component):
                          req_addr.eq(addr)]
         m.d.sync += [req_y.eq(p.y), w_go.eq(self.i.valid & en & p.write)]
         y_out = Value.cast(self.o.p.y)
-        for n, lo in enumerate(range(0, 8 * self._dim, self._bank_width)):
-            w = min(self._bank_width, 8 * self._dim - lo)
+        for n, (lo, w) in enumerate(self.bank_slices):
             bank = m.submodules[f"bank_{n}"] = Bram(w, max(2, self.depth))
             m.d.comb += [
                 bank.w_en.eq(w_go), bank.w_addr.eq(req_addr), bank.w_data.eq(req_y[lo:lo + w]),

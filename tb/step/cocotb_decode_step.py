@@ -14,10 +14,13 @@ channel of the memory),
 ``FASTCAR_TAPS`` (``1``: the build has the ``r`` and ``z`` taps, checked), ``FASTCAR_VIDEO``
 (``1``: each image step's tokens are the ones the RTL drew after the step before, fed back on chip;
 the trace's are only compared with them), ``FASTCAR_PLANT`` = ``r_out:S:L:B:E`` or ``token:K:P``
-(one expected value changed; the check must fail), ``FASTCAR_SDRAM`` (bytes a cycle the memory
+(one expected value changed; the check must fail) or ``preload`` (the replay cache preloaded with
+every entry one step too early), ``FASTCAR_SDRAM`` (bytes a cycle the memory
 moves on its R and W channels, the SDRAM's bandwidth; default: a beat a cycle), ``FASTCAR_OUT`` (a
 JSON file: the tokens drawn, each step's cycles and the bytes it read and wrote, the weights' reads
-among them).
+among them), ``FASTCAR_PRELOAD`` (``1``: a run from a later step starts with the replay cache a run
+from step 0 would have, written from the trace through the build's public memories; FastCar's modes
+can then start anywhere).
 
 Bus models: cocotbext-axi ``AxiStreamSource`` on every input stream, ``AxiStreamSink`` on every
 output, ``AxiRam`` on ``rd_*`` and ``wr_*``, and a monitor on each address channel that checks and
@@ -42,6 +45,7 @@ from cocotbext.axi import (
     AxiWriteBus,
 )
 
+from hw.accel.replay_cache import ReplayCache
 from hw.board.host import config_words
 from hw.step.attention_layer import group_layout
 from hw.step.decode_step import decode_command_layout
@@ -111,11 +115,13 @@ def kv_address(kv_base, dims, dw, li, b, h, p):
     return kv_base + (((li * dims["batch"] + b) * dims["n_heads"] + h) * dims["positions"] + p) * stride
 
 
-def step_range(spec: str, S: int, video: bool, replay, start: int, N: int) -> list[int]:
+def step_range(spec: str, S: int, video: bool, replay, start: int, N: int,
+               preload: bool = False) -> list[int]:
     """The steps ``FASTCAR_STEPS`` names: ``all``, ``first:N`` or ``from:A:N`` (``N`` steps from step
     ``A``, the keys and values of the positions before ``A`` written into the memory from the trace
     first). A run from ``A`` cannot replay a row whose cached output the run did not compute (the
-    replay cache is on chip), nor feed back a token drawn before it."""
+    replay cache is on chip) unless ``preload`` (the cache written from the trace first: see
+    :func:`replay_cache_preload`), nor feed back a token drawn before it."""
     kind, *arg = spec.split(":")
     try:
         if kind == "all" and not arg:
@@ -130,14 +136,46 @@ def step_range(spec: str, S: int, video: bool, replay, start: int, N: int) -> li
             if a and video:
                 raise AssertionError(f"FASTCAR_STEPS={spec}: a video runs from step 0")
             late = [s for s in steps if replay[s].any() and s - N < a]
-            if a and late:
+            if a and late and not preload:
                 raise AssertionError(f"FASTCAR_STEPS={spec}: step {late[0]} replays the output of step "
-                                     f"{late[0] - N}, before the run's first (a mode without FastCar, or "
-                                     f"a run that starts a frame earlier)")
+                                     f"{late[0] - N}, before the run's first (a mode without FastCar, a "
+                                     f"run that starts a frame earlier, or FASTCAR_PRELOAD=1)")
             return steps
     except ValueError:
         pass
     raise AssertionError(f"FASTCAR_STEPS={spec!r}: expected all, first:N or from:A:N (A < {S}, N >= 1)")
+
+
+def replay_cache_preload(first: int, start: int, N: int):
+    """What the replay cache holds when a run starts at step ``first``: ``(step, index)`` of the
+    steps whose MLP outputs (the trace's ``y``: the outputs used, computed or themselves replayed)
+    are the entries of in-frame position ``index``, the latest image step before ``first`` at each
+    position that has one. A position the run reaches before any replay reads it needs none (the first frame
+    writes every position)."""
+    return [(s, position(s, start, N)[1]) for s in range(max(start, first - N), first)]
+
+
+async def preload_replay_cache(dut, t, first: int, start: int, dims, shift: int = 0) -> int:
+    """Write :func:`replay_cache_preload`'s entries into the replay cache's block RAMs through
+    Verilator's public memories (a build with ``REPLAY_CACHE_PUBLIC``): a FastCar run from a later
+    step starts with the cache a run from step 0 would have. Returns the entries written."""
+    L, B, N, d = dims["layers"], dims["batch"], dims["tokens_per_frame"], dims["d_model"]
+    geom = ReplayCache(d, L, N, B)
+    cache = dut.dut.layer.accel.cache
+    banks = [getattr(cache, f"bank_{n}").mem for n in range(len(geom.bank_slices))]
+    written = []
+    for s, index in replay_cache_preload(first, start, N):
+        for li, b in itertools.product(range(L), range(B)):
+            word = int.from_bytes(t["y"][s - shift, li, b].astype(np.int8).tobytes(), "little")
+            a = geom.entry(li, index, b)
+            for (lo, w), mem in zip(geom.bank_slices, banks, strict=True):
+                mem[a].value = (word >> lo) & ((1 << w) - 1)
+            written.append((a, word))
+    await ClockCycles(dut.clk, 1)
+    for a, word in written[:: max(1, len(written) // 7)]:       # the writes landed
+        got = sum(int(mem[a].value) << lo for (lo, _), mem in zip(geom.bank_slices, banks, strict=True))
+        assert got == word, f"replay cache preload: entry {a} reads {got:#x}, wrote {word:#x}"
+    return len(written)
 
 
 class TB:
@@ -182,7 +220,8 @@ async def decode_steps(dut):
     ni, no = cfg.mv_in, cfg.mv_out
     taps = os.environ.get("FASTCAR_TAPS", "1") == "1"
     video = os.environ.get("FASTCAR_VIDEO", "0") == "1"
-    steps = step_range(os.environ.get("FASTCAR_STEPS", "all"), S, video, t["replay"], start, N)
+    preload = os.environ.get("FASTCAR_PRELOAD", "0") == "1"
+    steps = step_range(os.environ.get("FASTCAR_STEPS", "all"), S, video, t["replay"], start, N, preload)
     first = steps[0]
     guided = dec["cfg_scale"] is not None
     fastcar = dec["tau"] is not None
@@ -191,7 +230,7 @@ async def decode_steps(dut):
     r_out = t["r_out"].astype(np.int64).copy()
     want_tok = t["sample_token"].astype(np.int64).copy()
     plant = os.environ.get("FASTCAR_PLANT", "")
-    if plant:
+    if plant and plant != "preload":
         kind, *idx = plant.split(":")
         idx = tuple(int(i) for i in idx)
         if kind == "r_out":
@@ -220,6 +259,9 @@ async def decode_steps(dut):
             entry = np.concatenate([t["k"][s, li, b, h], t["v"][s, li, b, h]]).astype(np.int8).tobytes()
             tb.ram.write(kv_address(kv_base, dims, dw, li, b, h, s), entry.ljust(ew, b"\0"))
     await tb.reset()
+    if preload and first > start:
+        n = await preload_replay_cache(dut, t, first, start, dims, shift=int(plant == "preload"))
+        dut._log.info(f"replay cache: {n} entries preloaded from the trace's steps before step {first}")
     bursts = {"ar": [], "aw": []}
     tap_bursts(tb.ram.read_if.ar_channel, "ar", dw // 8, 16, bursts["ar"])
     tap_bursts(tb.ram.write_if.aw_channel, "aw", dw // 8, 16, bursts["aw"])

@@ -1,6 +1,6 @@
-"""``nox -s step -- --e2e [--e2e-mode dense|sparse] [--chunk 32] [--jobs 2] [--hours H]``: a whole video's
-RTL cycles and SDRAM bytes, measured in chunks of steps that run side by side and can be spread over
-several sittings.
+"""``nox -s step -- --e2e [--e2e-mode MODE] [--chunk 32] [--jobs 2] [--hours H]``: a whole video's
+RTL cycles and SDRAM bytes in each mode (dense, sparse attention, FastCar, both), measured in chunks
+of steps that run side by side and can be spread over several sittings.
 
 Every chunk's result is kept under ``build/step/e2e/<mode>/`` (one JSON file per chunk, written whole
 or not at all); a rerun measures only the chunks still missing, and ``--hours`` stops starting new
@@ -13,8 +13,9 @@ A chunk that measures steps ``[A, A + n)`` runs steps ``A - 1`` to ``A + n`` and
 one. The steps between are the same, to the cycle and the byte, as the same steps of one run from
 step 0 (dense at 2.8 bytes a cycle: steps 41-48 of a run from step 40 against the first 85 steps).
 The first chunk starts at step 0 and the last one ends at the video's last step, as the whole run does.
-FastCar's modes cannot start late (the replay cache is on chip): only dense and sparse attention are
-measured in chunks.
+A chunk of FastCar's modes starts with the replay cache a run from step 0 would have: the testbench
+writes it from the trace into the cache's block RAMs before the run (``FASTCAR_PRELOAD=1``, through
+the memories the step's builds make public), since the cache is on chip and holds the frame before.
 """
 
 import argparse
@@ -25,7 +26,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-CHUNKED_MODES = ("dense", "sparse")
+CHUNKED_MODES = ("dense", "sparse", "fastcar", "fastcar+sparse")
 
 
 def chunks(S: int, n: int) -> list[tuple[int, int]]:
@@ -65,7 +66,8 @@ def _measure(todo, variant: str, sdram: float, out: Path, deadline: float) -> li
         with tempfile.TemporaryDirectory() as tmp:
             raw = Path(tmp) / "rtl.json"
             run_decode_step(trace_dir(mode), "verilator", f"e2e-{mode}-{a}", taps=False, variant=variant,
-                            FASTCAR_STEPS=spec, FASTCAR_SDRAM=str(sdram), FASTCAR_OUT=str(raw))
+                            FASTCAR_STEPS=spec, FASTCAR_SDRAM=str(sdram), FASTCAR_OUT=str(raw),
+                            FASTCAR_PRELOAD=str(int(mode.startswith("fastcar") and a > 0)))
             rtl = json.loads(raw.read_text())
         keep = {"mode": mode, "steps": rtl["steps"][i:j], "cycles": rtl["cycles"][i:j],
                 "step_bytes": rtl["step_bytes"][i:j], "run": spec, "sdram_bytes_per_cycle": sdram,
@@ -112,6 +114,8 @@ def report(out: Path, modes, n: int, sdram: float) -> dict:
     rep = {"command": "nox -s step -- --e2e", "sdram_bytes_per_cycle": sdram, "chunk": n, "modes": {}}
     coef = rtl_step.CALIBRATED["coefficients"]
     for mode in modes:
+        if not (out / mode).is_dir() or not (trace_dir(mode) / "manifest.json").exists():
+            continue                                    # nothing measured in this mode yet
         tr = load_full_step(trace_dir(mode), verify=False)
         S = tr.manifest["dims"]["steps"]
         parts = [load_chunk(chunk_file(out, mode, a), mode, a, m, sdram) for a, m in chunks(S, n)]
@@ -135,15 +139,16 @@ def report(out: Path, modes, n: int, sdram: float) -> dict:
         row["whole_video"] = len(have) == len(parts)
         rep["modes"][mode] = row
     m = rep["modes"]
-    if all(m.get(k, {}).get("whole_video") for k in CHUNKED_MODES):
-        rep["sparse_speedup_over_dense"] = m["dense"]["rtl_cycles"] / m["sparse"]["rtl_cycles"]
+    if m.get("dense", {}).get("whole_video"):
+        rep["speedup_over_dense"] = {k: m["dense"]["rtl_cycles"] / r["rtl_cycles"]
+                                     for k, r in m.items() if r["whole_video"]}
     return rep
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m tb.step.e2e", description=__doc__.split("\n\n")[0])
     ap.add_argument("--e2e-mode", dest="modes", action="append", choices=CHUNKED_MODES,
-                    help="mode (repeatable; default: dense and sparse)")
+                    help="mode (repeatable; default: all four)")
     ap.add_argument("--chunk", type=int, default=32, help="steps a chunk measures (default 32)")
     ap.add_argument("--sdram", type=float, default=2.8, help="bytes a cycle of the memory (default 2.8)")
     ap.add_argument("--jobs", type=int, default=2, help="simulations side by side (default 2)")
@@ -183,7 +188,7 @@ def main(argv=None) -> int:
         with ProcessPoolExecutor(args.jobs) as pool:
             list(pool.map(_measure, shares, [f"cal{k or ''}" for k in range(args.jobs)],
                           [args.sdram] * args.jobs, [out] * args.jobs, [deadline] * args.jobs))
-    rep = report(out, modes, args.chunk, args.sdram)
+    rep = report(out, CHUNKED_MODES, args.chunk, args.sdram)
     out.mkdir(parents=True, exist_ok=True)
     with atomic_file(out / "report.json") as f:
         Path(f).write_text(json.dumps(rep, indent=1) + "\n")

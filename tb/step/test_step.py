@@ -49,13 +49,13 @@ def step_trace(request, small_trace):
     return Path(given).resolve() if given else small_trace
 
 
-def run_block(block, test_module, params, make, trace, sim, tag, env):
+def run_block(block, test_module, params, make, trace, sim, tag, env, public_vars=()):
     """Build ``AxisAdapter(make(*params))`` (cached per parameters) and run its cocotb test on ``trace``."""
     name = "-".join(str(x) for x in (block, sim, *params))
     run_cocotb(lambda: AxisAdapter(make(*params)), toplevel=f"{block}_axis", test_module=test_module,
                test_dir=HERE, build_dir=BUILD / "step" / name, sim=sim,
                env={"FASTCAR_TRACE": str(trace), **env}, results_name=f"results-{tag}.xml",
-               key=(block, *params), public="ports")
+               key=(block, *params), public="ports", public_vars=public_vars)
 
 
 def dims(trace, *names):
@@ -467,6 +467,11 @@ def test_decoder_layer_names_a_planted_wrong_element(step_trace):
         run_decoder_layer(step_trace, "verilator", "plant", FASTCAR_PLANT="3:1:2:4", FASTCAR_STEPS="first:5")
 
 
+#: The replay cache's block RAMs, public in the step's Verilator builds besides the ports: a FastCar
+#: run from a later step (``FASTCAR_PRELOAD=1``) writes them before it starts.
+REPLAY_CACHE_PUBLIC = (("*cache*bank_*", "mem"),)
+
+
 def run_decode_step(trace, sim, tag, *, taps=True, variant="", **env):
     """The whole step on ``trace``; ``variant`` names a build directory of its own (a long run beside
     another on the same build)."""
@@ -480,7 +485,8 @@ def run_decode_step(trace, sim, tag, *, taps=True, variant="", **env):
     key += f"-{variant}" if variant else ""
     run_block("decode_step", "cocotb_decode_step", (key.format(**cfg.to_dict()), h, v, pr, c, p, int(taps)),
               lambda _, *a: DecodeStep(cfg, *a[:5], taps=bool(a[5])), trace, sim, tag,
-              {"FASTCAR_ACCEL": json.dumps(cfg.to_dict()), "FASTCAR_TAPS": str(int(taps)), **env})
+              {"FASTCAR_ACCEL": json.dumps(cfg.to_dict()), "FASTCAR_TAPS": str(int(taps)), **env},
+              public_vars=REPLAY_CACHE_PUBLIC)
 
 
 @pytest.mark.xdist_group("decode_step")
@@ -519,6 +525,21 @@ def test_decode_steps_from_a_later_step(small_trace, tmp_path):
     assert rtl["steps"] == list(range(40, 45)) and len(rtl["tokens"]) == 5 * 2
     with pytest.raises(CocotbFailure, match="step 69 replays the output of step 5"):
         run_decode_step(small_trace, "verilator", "from-refused", FASTCAR_STEPS="from:60:12")
+
+
+@pytest.mark.xdist_group("decode_step")
+def test_decode_steps_from_a_later_step_with_the_replay_cache_preloaded(small_trace):
+    """FastCar from the middle of the second frame: the replay cache written from the trace first
+    (its entries of the first frame's steps 36 on and of the second frame's before the run), so
+    that the replays read what a run from step 0 would; bit-exact. The same run with every entry
+    taken one step too early fails, naming the step, layer, block and row."""
+    tr = load_full_step(small_trace, verify=False)
+    replay = tr.t["replay"][100:108]
+    assert 0 < replay.sum() < replay.size          # rows replayed from the preload, and rows computed
+    run_decode_step(small_trace, "verilator", "preload", FASTCAR_STEPS="from:100:8", FASTCAR_PRELOAD="1")
+    with pytest.raises(CocotbFailure, match=r"step 10\d, layer \d, block decoder_layer, row \d, element"):
+        run_decode_step(small_trace, "verilator", "preload-plant", FASTCAR_STEPS="from:100:8",
+                        FASTCAR_PRELOAD="1", FASTCAR_PLANT="preload")
 
 
 @pytest.mark.xdist_group("decode_step")
