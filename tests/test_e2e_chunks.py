@@ -60,3 +60,18 @@ def test_the_preloaded_replay_cache_is_the_latest_step_at_each_position(first):
         assert not any((u - start) % N == i for u in range(s + 1, first))     # none later at that position
     want = min(N, max(0, first - start))
     assert len(got) == want
+
+
+def test_the_report_table_names_a_speedup_only_for_whole_videos():
+    from tb.step.e2e import markdown
+
+    row = {"chunks": "17/17", "steps_measured": 517, "rtl_cycles": 200, "model_cycles": 201,
+           "model_error": 0.005, "max_step_error": 0.02, "read_bytes": 10, "formula_read_bytes": 10,
+           "write_bytes": 2, "formula_write_bytes": 2, "simulation_seconds": 600, "whole_video": True}
+    rep = {"command": "nox -s step -- --e2e", "sdram_bytes_per_cycle": 2.8, "chunk": 32,
+           "modes": {"dense": row, "sparse": {**row, "rtl_cycles": 80},
+                     "fastcar": {**row, "chunks": "3/17", "whole_video": False}},
+           "speedup_over_dense": {"dense": 1.0, "sparse": 2.5}}
+    lines = {ln.split(" | ")[0][2:]: ln for ln in markdown(rep).splitlines() if ln.startswith("| ")}
+    assert "| 2.50x |" in lines["sparse"] and "| 1.00x |" in lines["dense"]
+    assert "not whole yet" in lines["fastcar"] and "3/17" in lines["fastcar"]

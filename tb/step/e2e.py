@@ -4,9 +4,10 @@ of steps that run side by side and can be spread over several sittings.
 
 Every chunk's result is kept under ``build/step/e2e/<mode>/`` (one JSON file per chunk, written whole
 or not at all); a rerun measures only the chunks still missing, and ``--hours`` stops starting new
-chunks after that long. When every chunk of a mode is there, ``report.json`` gets that mode's whole
-video: the sum of the steps' cycles and bytes, beside the fitted cycle model
-(:mod:`sw.perf.rtl_step`) over the same steps.
+chunks after that long; the jobs take chunks from one queue, the longest first. When every chunk of
+a mode is there, ``report.json`` and ``report.md`` get that mode's whole video: the sum of the
+steps' cycles and bytes, beside the fitted cycle model (:mod:`sw.perf.rtl_step`) over the same
+steps, and its speed-up against dense; ``cycles.png`` plots every measured step.
 
 A chunk that measures steps ``[A, A + n)`` runs steps ``A - 1`` to ``A + n`` and keeps the middle
 ``n``: a run's first step starts from an idle pipeline and its last one prefetches nothing for a next
@@ -20,6 +21,7 @@ the memories the step's builds make public), since the cache is on chip and hold
 
 import argparse
 import json
+import multiprocessing
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -44,13 +46,32 @@ def run_spec(a: int, n: int, S: int) -> tuple[str, int, int]:
     return f"from:{lo}:{hi - lo}", a - lo, a - lo + n
 
 
+def longest_first(todo):
+    """The chunks ``(mode, S, a, n)`` in order of the fitted cycle model's cycles, the most first (the
+    jobs share one queue, so that the last chunks to finish are short ones)."""
+    from sw.perf import rtl_step
+    from sw.trace.full_step import load_full_step
+    from tb.step.calibrate import trace_dir
+
+    coef, cost, traces = rtl_step.CALIBRATED["coefficients"], {}, {}
+    for mode, _, a, n in todo:
+        if mode not in traces:
+            tr = load_full_step(trace_dir(mode), verify=False)
+            traces[mode] = (tr.manifest, tr.t["replay"])
+        x = rtl_step.features(*traces[mode], list(range(a, a + n)))
+        cost[(mode, a)] = float(rtl_step.predict(x, coef).sum())
+    return sorted(todo, key=lambda c: -cost[(c[0], c[2])])
+
+
 def chunk_file(out: Path, mode: str, a: int) -> Path:
     return out / mode / f"{a:04d}.json"
 
 
 def _measure(todo, variant: str, sdram: float, out: Path, deadline: float) -> list[str]:
-    """Run the chunks ``todo`` (``(mode, S, a, n)``) one after another on the build ``variant``, each
-    into its chunk file, until ``deadline`` (``time.time()``)."""
+    """Take chunks ``(mode, S, a, n)`` from the queue ``todo`` (shared by the jobs) and run them one
+    after another on the build ``variant``, each into its chunk file, until the queue is empty or
+    ``deadline`` (``time.time()``) has passed."""
+    import queue
     import tempfile
 
     from sw.atomic import atomic_file
@@ -58,8 +79,10 @@ def _measure(todo, variant: str, sdram: float, out: Path, deadline: float) -> li
     from tb.step.test_step import run_decode_step
 
     done = []
-    for mode, S, a, n in todo:
-        if time.time() > deadline:
+    while time.time() <= deadline:
+        try:
+            mode, S, a, n = todo.get_nowait()
+        except queue.Empty:
             break
         spec, i, j = run_spec(a, n, S)
         t0 = time.monotonic()
@@ -112,6 +135,7 @@ def report(out: Path, modes, n: int, sdram: float) -> dict:
     from tb.step.calibrate import trace_dir
 
     rep = {"command": "nox -s step -- --e2e", "sdram_bytes_per_cycle": sdram, "chunk": n, "modes": {}}
+    series = {}
     coef = rtl_step.CALIBRATED["coefficients"]
     for mode in modes:
         if not (out / mode).is_dir() or not (trace_dir(mode) / "manifest.json").exists():
@@ -138,11 +162,56 @@ def report(out: Path, modes, n: int, sdram: float) -> dict:
                        formula_read_bytes=int(exact[:, 0].sum()), formula_write_bytes=int(exact[:, 1].sum()))
         row["whole_video"] = len(have) == len(parts)
         rep["modes"][mode] = row
+        if steps:
+            series[mode] = (steps, cycles, model)
     m = rep["modes"]
     if m.get("dense", {}).get("whole_video"):
         rep["speedup_over_dense"] = {k: m["dense"]["rtl_cycles"] / r["rtl_cycles"]
                                      for k, r in m.items() if r["whole_video"]}
-    return rep
+    return rep, series
+
+
+def markdown(rep: dict) -> str:
+    """``report.md``: one row per mode measured."""
+    sp = rep.get("speedup_over_dense", {})
+    lines = [f"# The whole video in RTL, measured in chunks (`{rep['command']}`)", "",
+             f"Memory at {rep['sdram_bytes_per_cycle']} bytes a cycle, chunks of {rep['chunk']} steps. "
+             "A mode's totals are its whole video only when every chunk is in.", "",
+             "| mode | chunks | RTL cycles | cycle model | largest step error | bytes read (formula) | "
+             "bytes written (formula) | speed-up against dense | simulation |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for mode, r in rep["modes"].items():
+        if not r["steps_measured"]:
+            continue
+        speedup = f"{sp[mode]:.2f}x" if mode in sp else "not whole yet"
+        lines.append(
+            f"| {mode} | {r['chunks']} | {r['rtl_cycles']:,} | {r['model_cycles']:,} "
+            f"({r['model_error']:+.3%}) | {r['max_step_error']:.1%} | "
+            f"{r['read_bytes']:,} ({r['formula_read_bytes']:,}) | "
+            f"{r['write_bytes']:,} ({r['formula_write_bytes']:,}) | "
+            f"{speedup} | {r['simulation_seconds'] / 60:.0f} min |")
+    return "\n".join(lines) + "\n"
+
+
+def plot(series: dict, path: Path) -> None:
+    """Each measured step's RTL cycles (dots) and the fitted model's (line), per mode."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(9, 4.5))
+    for mode, (steps, cycles, model) in series.items():
+        dots = ax.plot(steps, cycles, ".", ms=2.5, label=f"{mode}, RTL")[0]
+        ax.plot(steps, model, "-", lw=0.8, color=dots.get_color(), alpha=0.7, label=f"{mode}, cycle model")
+    ax.set_xlabel("decode step")
+    ax.set_ylabel("cycles")
+    ax.set_title("A whole video's decode steps in RTL (nox -s step -- --e2e)")
+    ax.legend(fontsize=7, ncol=2)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120, format="png")
+    plt.close(fig)
 
 
 def main(argv=None) -> int:
@@ -184,14 +253,22 @@ def main(argv=None) -> int:
     if todo and not args.report_only:
         print(f"{len(todo)} chunks to measure", file=sys.stderr)
         deadline = time.time() + (args.hours * 3600 if args.hours else float("inf"))
-        shares = [todo[k::args.jobs] for k in range(args.jobs)]
-        with ProcessPoolExecutor(args.jobs) as pool:
-            list(pool.map(_measure, shares, [f"cal{k or ''}" for k in range(args.jobs)],
-                          [args.sdram] * args.jobs, [out] * args.jobs, [deadline] * args.jobs))
-    rep = report(out, CHUNKED_MODES, args.chunk, args.sdram)
+        with multiprocessing.Manager() as manager:
+            q = manager.Queue()
+            for c in longest_first(todo):
+                q.put(c)
+            with ProcessPoolExecutor(args.jobs) as pool:
+                list(pool.map(_measure, [q] * args.jobs, [f"cal{k or ''}" for k in range(args.jobs)],
+                              [args.sdram] * args.jobs, [out] * args.jobs, [deadline] * args.jobs))
+    rep, series = report(out, CHUNKED_MODES, args.chunk, args.sdram)
     out.mkdir(parents=True, exist_ok=True)
     with atomic_file(out / "report.json") as f:
         Path(f).write_text(json.dumps(rep, indent=1) + "\n")
+    with atomic_file(out / "report.md") as f:
+        Path(f).write_text(markdown(rep))
+    if series:
+        with atomic_file(out / "cycles.png") as f:
+            plot(series, Path(f))
     print(json.dumps(rep, indent=1))
     return 0
 
