@@ -130,8 +130,8 @@ def step(session):
     bandwidth), into build/step/video. ``nox -s step -- --calibrate [--reuse] [--video DIR]``: RTL
     cycles and SDRAM bytes of the four modes against the system model (tb/step/calibrate.py, about
     50 minutes on 2 cores), into build/step/calibration. ``nox -s step -- --e2e [--hours H]``: the
-    whole video's cycles and bytes in dense and sparse attention, measured in chunks of steps that
-    can be spread over several sittings (tb/step/e2e.py), into build/step/e2e."""
+    whole video's cycles and bytes in each mode (``--e2e-mode M`` for one), measured in chunks of
+    steps that can be spread over several sittings (tb/step/e2e.py), into build/step/e2e."""
     install(session, "ml,hw,sim")
     link_verilator(session)
     import argparse
