@@ -224,6 +224,8 @@ def main(argv=None) -> int:
     ap.add_argument("--hours", type=float, default=None, help="start no chunk after this many hours")
     ap.add_argument("--range", default=None, metavar="A:B",
                     help="measure only the chunks that start in steps A to B - 1")
+    ap.add_argument("--build-tag", default="cal",
+                    help="the jobs' build directories: TAG, TAG1, ... (default cal: the calibration's)")
     ap.add_argument("--report-only", action="store_true", help="measure nothing; report the chunks there")
     ap.add_argument("--out", type=Path, default=REPO / "build" / "step" / "e2e")
     args = ap.parse_args(argv)
@@ -257,9 +259,10 @@ def main(argv=None) -> int:
             q = manager.Queue()
             for c in longest_first(todo):
                 q.put(c)
+            tags = [f"{args.build_tag}{k or ''}" for k in range(args.jobs)]
             with ProcessPoolExecutor(args.jobs) as pool:
-                list(pool.map(_measure, [q] * args.jobs, [f"cal{k or ''}" for k in range(args.jobs)],
-                              [args.sdram] * args.jobs, [out] * args.jobs, [deadline] * args.jobs))
+                list(pool.map(_measure, [q] * args.jobs, tags, [args.sdram] * args.jobs, [out] * args.jobs,
+                              [deadline] * args.jobs))
     rep, series = report(out, CHUNKED_MODES, args.chunk, args.sdram)
     out.mkdir(parents=True, exist_ok=True)
     with atomic_file(out / "report.json") as f:
