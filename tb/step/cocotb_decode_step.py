@@ -150,8 +150,8 @@ def replay_cache_preload(first: int, start: int, N: int):
     """What the replay cache holds when a run starts at step ``first``: ``(step, index)`` of the
     steps whose MLP outputs (the trace's ``y``: the outputs used, computed or themselves replayed)
     are the entries of in-frame position ``index``, the latest image step before ``first`` at each
-    position that has one. A position the run reaches before any replay reads it needs none (the first frame
-    writes every position)."""
+    position that has one. A position without one needs none: the first frame, which replays
+    nothing, writes every position before the second reads it."""
     return [(s, position(s, start, N)[1]) for s in range(max(start, first - N), first)]
 
 
