@@ -157,6 +157,10 @@ def report(out: Path, modes, n: int, sdram: float) -> dict:
             row.update(model_cycles=round(float(model.sum())),
                        model_error=float(model.sum() / cycles.sum() - 1),
                        max_step_error=float(np.abs(model / cycles - 1).max()),
+                       # every step's error but the video's first (the pipeline's fill), and the last's
+                       max_step_error_after_first=float(
+                           np.abs((model / cycles - 1)[np.asarray(steps) > 0]).max()),
+                       last_step_error=float(model[-1] / cycles[-1] - 1),
                        # A burst counts in the step it is issued in: the weights a chunk's dropped
                        # last step prefetches can land in its kept steps, so this compares the sums.
                        formula_read_bytes=int(exact[:, 0].sum()), formula_write_bytes=int(exact[:, 1].sum()))
