@@ -75,3 +75,49 @@ def test_the_report_table_names_a_speedup_only_for_whole_videos():
     lines = {ln.split(" | ")[0][2:]: ln for ln in markdown(rep).splitlines() if ln.startswith("| ")}
     assert "| 2.50x |" in lines["sparse"] and "| 1.00x |" in lines["dense"]
     assert "not whole yet" in lines["fastcar"] and "3/17" in lines["fastcar"]
+
+
+def test_the_reports_step_errors(tmp_path, monkeypatch):
+    """``report``'s largest step error over every step, over every step but the video's first, and the
+    last step's, on chunks whose cycles are the cycle model's with planted errors: +10 % at step 0,
+    -3 % at the last, +1 % elsewhere."""
+    import numpy as np
+
+    import sw.trace.full_step
+    import tb.step.calibrate
+    from sw.perf import rtl_step
+    from tb.step.e2e import report
+
+    S, n = 10, 4
+    man = {"dims": {"d_model": 96, "layers": 4, "batch": 4, "n_heads": 4, "head_dim": 24, "samples": 5,
+                    "prompts": 2, "codebook": 512, "steps": S},
+           "prompt_len": 5, "decode": {"sparse": None}}
+    replay = np.random.default_rng(3).integers(0, 2, (S, 4, 4))
+    (tmp_path / "trace").mkdir()
+    (tmp_path / "trace" / "manifest.json").write_text("{}")
+
+    class Trace:
+        manifest, t = man, {"replay": replay}
+
+    monkeypatch.setattr(tb.step.calibrate, "trace_dir", lambda mode: tmp_path / "trace")
+    monkeypatch.setattr(sw.trace.full_step, "load_full_step", lambda path, verify: Trace)
+    model = rtl_step.predict(rtl_step.features(man, replay, range(S)), rtl_step.CALIBRATED["coefficients"])
+    err = np.full(S, 0.01)
+    err[0], err[-1] = 0.10, -0.03
+    cycles = model / (1 + err)
+    by = rtl_step.step_bytes(man, range(S), 64)
+    for a, m in chunks(S, n):
+        path = chunk_file(tmp_path / "e2e", "dense", a)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"mode": "dense", "steps": list(range(a, a + m)),
+                                    "sdram_bytes_per_cycle": 2.8, "cycles": cycles[a:a + m].tolist(),
+                                    "step_bytes": by[a:a + m, :2].tolist(), "data_width": 64, "mv": [8, 8],
+                                    "seconds": 1.0}))
+    rep, series = report(tmp_path / "e2e", ["dense"], n, 2.8)
+    r = rep["modes"]["dense"]
+    assert r["whole_video"] and r["chunks"] == "3/3" and r["steps_measured"] == S
+    assert np.isclose(r["max_step_error"], 0.10)
+    assert np.isclose(r["max_step_error_after_first"], 0.03)
+    assert np.isclose(r["last_step_error"], -0.03)
+    assert (r["read_bytes"], r["write_bytes"]) == (r["formula_read_bytes"], r["formula_write_bytes"])
+    assert rep["speedup_over_dense"] == {"dense": 1.0}

@@ -1,6 +1,6 @@
 """sw.perf.rtl_step: the attended positions against the model's own mask, the bytes of a step (and
 the system model's SDRAM term equal to them), and the cycle model's fit recovering known
-coefficients (and failing on a wrong one)."""
+coefficients (and failing on a wrong one), the video's first step's own term."""
 
 import numpy as np
 import torch
@@ -60,7 +60,7 @@ def test_the_system_models_rtl_rows_are_the_cycle_model():
     replay = rng.random((m.positions, m.layers, m.batch)) < 0.6
     img = replay[m.prompt_len:]
     stats = sm.ReplayStats((~img).sum(2), img.all(2), "test")
-    coef = np.array([20000.0, 3000.0, 18.0, 1500.0, 400.0])
+    coef = np.array([20000.0, 3000.0, 18.0, 1500.0, 400.0, 3600.0])
     rows = {r["mode"]: r for r in sm.rtl_as_built(m, sm.System(), stats, stats, coef)}
     man = {**MANIFEST, "dims": {**MANIFEST["dims"], "samples": m.frames * m.tokens_per_frame}}
     steps = range(m.prompt_len, m.positions)
@@ -69,14 +69,33 @@ def test_the_system_models_rtl_rows_are_the_cycle_model():
         assert np.isclose(rows[mode]["cycles"], rtl_step.predict(x, coef).sum(), rtol=1e-12, atol=0)
 
 
+def test_the_video_start_term_is_the_first_steps_only():
+    """``video_start`` is 1 on step 0 alone, in every mode; a wrong start term moves step 0's cycles
+    and no other step's, and the fit finds it from step 0."""
+    rng = np.random.default_rng(2)
+    replay = rng.integers(0, 2, (80, 4, 4))
+    k = rtl_step.FEATURES.index("video_start")
+    for sparse in (MANIFEST["decode"]["sparse"], None):
+        man = {**MANIFEST, "decode": {"sparse": sparse}}
+        x = rtl_step.features(man, replay, range(80))
+        assert x[:, k].tolist() == [1] + [0] * 79
+        assert rtl_step.features(man, replay, [40, 0])[:, k].tolist() == [0, 1]
+    coef = np.array([20000.0, 3000.0, 18.0, 1500.0, 400.0, 3600.0])
+    y = rtl_step.predict(x, coef)
+    wrong = rtl_step.predict(x, coef * [1, 1, 1, 1, 1, 0])
+    assert wrong[0] == y[0] - 3600 and np.array_equal(wrong[1:], y[1:])
+    assert np.allclose(rtl_step.fit(x, y), coef)
+    assert len(rtl_step.CALIBRATED["coefficients"]) == len(rtl_step.FEATURES)
+
+
 def test_fit_recovers_the_coefficients():
     rng = np.random.default_rng(0)
     replay = rng.integers(0, 2, (300, 4, 4))
     x = rtl_step.features(MANIFEST, replay, range(300))
-    coef = np.array([20000.0, 3000.0, 18.0, 1500.0, 400.0])
+    coef = np.array([20000.0, 3000.0, 18.0, 1500.0, 400.0, 3600.0])
     y = rtl_step.predict(x, coef)
     assert np.allclose(rtl_step.fit(x, y), coef)
-    assert not np.allclose(rtl_step.predict(x, coef * [1, 1, 1.1, 1, 1]), y)
+    assert not np.allclose(rtl_step.predict(x, coef * [1, 1, 1.1, 1, 1, 1]), y)
 
 
 def test_entry_bytes_is_the_step_memorys_layout():

@@ -8,9 +8,12 @@ each. The weights (:class:`hw.step.weight_stream.WeightStream`, :func:`weight_by
 image each step, and on a step that samples the final norm and the LM head once per prompt.
 
 Cycles: ``c_step + c_sample * samples + c_position * positions + c_row * computed_rows +
-c_group * computing_groups``, where ``positions`` is the attended positions summed over layers,
-rows and heads (the current one included), ``computed_rows`` the MLP rows not replayed and
-``computing_groups`` the layers in which at least one row computes. :func:`fit` takes the
+c_group * computing_groups + c_start * video_start``, where ``positions`` is the attended positions
+summed over layers, rows and heads (the current one included), ``computed_rows`` the MLP rows not
+replayed, ``computing_groups`` the layers in which at least one row computes and ``video_start`` is
+1 on the video's first step only: that step starts with nothing prefetched (every later step's
+first weights and keys were fetched during the step before), so it waits for its first
+reads. :func:`fit` takes the
 coefficients from measured steps (least squares); ``tb/step/calibrate.py`` fits them on some modes
 and checks them on the others.
 """
@@ -21,16 +24,17 @@ import numpy as np
 
 from sw.golden import quant
 
-FEATURES = ("step", "sample", "position", "computed_row", "computing_group")
+FEATURES = ("step", "sample", "position", "computed_row", "computing_group", "video_start")
 
 #: The coefficients of :data:`FEATURES` fitted on RTL runs: ``command`` (the first 85 steps of dense
 #: and FastCar, ``build/step/calibration/report.json``) with the memory at ``sdram_bytes_per_cycle``
 #: (a 64-bit beat every 3 cycles) and the weights read over AXI4; :func:`sw.perf.system_model.rtl_as_built`
 #: uses them. ``step`` and ``sample`` are mostly the weights' reads (each layer's every step, the LM
 #: head's on a step that samples), under which the rest of the step's compute runs; ``position`` is a
-#: key and value's 6 beats.
+#: key and value's 6 beats; ``video_start`` the first step's wait for its first reads (step 0
+#: measures 66,177 cycles in all four modes, here and in ``nox -s step -- --e2e``).
 CALIBRATED = {"command": "nox -s step -- --calibrate", "sdram_bytes_per_cycle": 2.8,
-              "coefficients": (57474.41, 39972.70, 18.07, 165.99, 315.87)}
+              "coefficients": (57474.41, 39972.70, 18.07, 165.99, 315.87, 3627.86)}
 
 
 def attended(p: int, sinks: int, window: int) -> int:
@@ -111,7 +115,7 @@ def features(manifest, replay: np.ndarray, steps) -> np.ndarray:
     for s in steps:
         computed = (1 - replay[s].astype(np.int64)).sum(1)            # per layer
         rows.append((1, int(first <= s < first + NS), L * B * H * (attended(s, sinks, window) + 1),
-                     int(computed.sum()), int((computed > 0).sum())))
+                     int(computed.sum()), int((computed > 0).sum()), int(s == 0)))
     return np.asarray(rows, np.float64)
 
 

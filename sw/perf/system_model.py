@@ -296,7 +296,8 @@ def rtl_as_built(m: Dims, s: System, fastcar: ReplayStats, fastcar_sa: ReplaySta
         kv = np.minimum(pos, s.sinks + s.window) if sparse else pos
         x = np.stack([np.ones(steps), (np.arange(steps) < steps - 1).astype(float),  # the last draws nothing
                       m.layers * m.batch * m.heads * kv, stats.computed_rows.sum(1),
-                      (~stats.all_replayed).sum(1)], 1)
+                      (~stats.all_replayed).sum(1),
+                      np.zeros(steps)], 1)                        # image steps: not the video's first
         cycles = rtl_step.predict(x, coef)
         t = cycles / (s.clock_mhz * 1e6) + m.prompts * s.token_bytes * 10 / s.link_baud
         wd = {"d_model": m.d, "layers": m.layers, "prompts": m.prompts, "codebook": m.codebook}

@@ -184,16 +184,17 @@ def run(out: Path, *, steps: int, sdram: float, fit_modes, force: bool, jobs: in
             rows.append(row)
 
         # ---- cycles: fitted on some modes' first steps, checked on every other run -----------------
-        # A run's first step carries the pipeline's fill and the feed starting: left out throughout.
+        # Every step, the first ones too: the video's first step has its own term (video_start); a
+        # later run's first step starts from an idle pipeline too, a few hundred cycles, in its error.
         feats = {k: rtl_step.features(r["manifest"], r["replay"], r["rtl"]["steps"]) for k, r in runs.items()}
         cyc = {k: np.asarray(r["rtl"]["cycles"], np.float64) for k, r in runs.items()}
-        coef = rtl_step.fit(np.concatenate([feats[mo][1:] for mo in fit_modes]),
-                            np.concatenate([cyc[mo][1:] for mo in fit_modes]))
+        coef = rtl_step.fit(np.concatenate([feats[mo] for mo in fit_modes]),
+                            np.concatenate([cyc[mo] for mo in fit_modes]))
         for key, row in zip(runs, rows, strict=True):
-            pred = rtl_step.predict(feats[key][1:], coef)
-            err = (pred - cyc[key][1:]) / cyc[key][1:]
+            pred = rtl_step.predict(feats[key], coef)
+            err = (pred - cyc[key]) / cyc[key]
             row.update(fitted_on=key in fit_modes, model_cycles=float(pred.sum()),
-                       total_error=float(pred.sum() / cyc[key][1:].sum() - 1),
+                       total_error=float(pred.sum() / cyc[key].sum() - 1),
                        max_step_error=float(np.abs(err).max()), mean_step_error=float(np.abs(err).mean()))
         held_out = [r for r in rows if not r["fitted_on"]]
 
