@@ -106,12 +106,16 @@ def test_the_reports_step_errors(tmp_path, monkeypatch):
     err[0], err[-1] = 0.10, -0.03
     cycles = model / (1 + err)
     by = rtl_step.step_bytes(man, range(S), 64)
+    moved = by[:, :2].copy()
+    shift = int(by[0, :2].sum()) // 25           # a prefetch: 4 % of step 0's bytes, issued in step 0
+    moved[0, 0] += shift                         # for step 1, which reads that much less
+    moved[1, 0] -= shift
     for a, m in chunks(S, n):
         path = chunk_file(tmp_path / "e2e", "dense", a)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps({"mode": "dense", "steps": list(range(a, a + m)),
                                     "sdram_bytes_per_cycle": 2.8, "cycles": cycles[a:a + m].tolist(),
-                                    "step_bytes": by[a:a + m, :2].tolist(), "data_width": 64, "mv": [8, 8],
+                                    "step_bytes": moved[a:a + m].tolist(), "data_width": 64, "mv": [8, 8],
                                     "seconds": 1.0}))
     rep, series = report(tmp_path / "e2e", ["dense"], n, 2.8)
     r = rep["modes"]["dense"]
@@ -120,4 +124,7 @@ def test_the_reports_step_errors(tmp_path, monkeypatch):
     assert np.isclose(r["max_step_error_after_first"], 0.03)
     assert np.isclose(r["last_step_error"], -0.03)
     assert (r["read_bytes"], r["write_bytes"]) == (r["formula_read_bytes"], r["formula_write_bytes"])
+    assert np.isclose(r["max_step_bytes_error"], max(shift / by[0, :2].sum(), shift / by[1, :2].sum()))
+    assert r["steps_bytes_exact"] == S - 2
+    assert r["max_step_bytes_error_step"] == int(by[1, :2].sum() < by[0, :2].sum())
     assert rep["speedup_over_dense"] == {"dense": 1.0}
