@@ -161,8 +161,8 @@ def report(out: Path, modes, n: int, sdram: float) -> dict:
                        max_step_error_after_first=float(
                            np.abs((model / cycles - 1)[np.asarray(steps) > 0]).max()),
                        last_step_error=float(model[-1] / cycles[-1] - 1),
-                       # A burst counts in the step it is issued in: the weights a chunk's dropped
-                       # last step prefetches can land in its kept steps, so this compares the sums.
+                       # A burst counts in the step that issues it (a step's first reads are
+                       # prefetched in the step before); the sums, and each step below.
                        formula_read_bytes=int(exact[:, 0].sum()), formula_write_bytes=int(exact[:, 1].sum()))
             # Per step, read and written: a kept step's bursts are the same step's of one run from
             # step 0; the prefetch moves some across a step's end where the next step's first reads
