@@ -52,73 +52,85 @@ def test_sprite_region_metrics():
     assert frontier.region_psnr(frozen, clip, mask) < 20 and frontier.region_ssim(frozen, clip, box) < 0.9
 
 
-def _entry(name, family, replay, pf_train, held=None):
-    out = [{"name": name, "family": family, "replay": replay, "path": "float", "prompts": "all",
-            "splits": {"train": {"prompt_following": pf_train}}}]
-    if held is not None:
-        out.append({"name": f"{name} (held-out)", "family": family, "replay": replay, "path": "float",
-                    "prompts": "held-out", "splits": {"heldout": {"prompt_following": held}}})
-    return out
+def test_paired_difference_counts_discordant_videos():
+    """The paired difference is the mean of per-video differences; McNemar counts the videos that
+    disagree; a planted loss of 10 of 100 videos is seen as -10 points with an interval below zero."""
+    ref = np.ones(100, bool)
+    same = frontier.paired(ref, ref)
+    assert same["diff"] == 0 and same["ci95"] == [0.0, 0.0] and same["worse"] == same["better"] == 0
+    hits = ref.copy()
+    hits[::10] = False
+    p = frontier.paired(hits, ref)
+    assert p["diff"] == pytest.approx(-0.10) and p["worse"] == 10 and p["better"] == 0
+    assert p["ci95"][1] < 0 and p["ci95"][0] > -0.2 and p["mcnemar_p"] == pytest.approx(2 / 2 ** 10)
+    swapped = frontier.paired(ref, hits)
+    assert swapped["diff"] == pytest.approx(0.10) and swapped["better"] == 10
+    with pytest.raises(ValueError, match="same videos"):
+        frontier.paired(hits[:5], ref)
 
 
-def test_choose_default_takes_the_largest_replay_within_budget_confirmed_on_heldout():
-    entries = [*_entry("dense", "dense", 0.0, 0.95, held=0.90), *_entry("a", "shipped", 0.5, 0.94, held=0.9),
-               *_entry("b", "shipped", 0.7, 0.90, held=0.86), *_entry("c", "shipped", 0.8, 0.89, held=0.88),
-               *_entry("o", "oracle", 0.85, 0.95)]
-    assert frontier.choose_default(entries)["name"] == "b"
-    entries[4]["splits"]["train"]["prompt_following"] = 0.8999       # b leaves the budget on training
-    assert frontier.choose_default(entries)["name"] == "a"
-    entries[4]["splits"]["train"]["prompt_following"] = 0.90
-    entries[5]["splits"]["heldout"]["prompt_following"] = 0.8499     # b is not confirmed on held-out
-    assert frontier.choose_default(entries)["name"] == "a"
-    assert frontier.choose_default([*entries[:2], *_entry("x", "shipped", 0.9, 0.1)]) is None
+def _entry(name, family, path, speedup, replay, pf, dense_pf, held, dense_held):
+    return {"name": name, "family": family, "path": path, "step_speedup": speedup, "replay": replay,
+            "splits": {"all": {"prompt_following": pf, "dense": dense_pf},
+                       "heldout": {"prompt_following": held, "dense": dense_held}}}
 
 
-def test_choose_common_needs_the_budget_on_every_path():
-    def both(name, family, replays, train, held):
-        out = []
-        for path, r, t, h in zip(("float", "integer"), replays, train, held):
-            for e in _entry(name, family, r, t, held=h):
-                out.append({**e, "path": path, "tau": {"a": -3.0, "b": -4.0, "c": -5.0}.get(name)})
-        return out
+def test_choose_takes_the_fastest_video_within_budget_on_every_path():
+    def both(name, family, speedups, pf, held):
+        return [_entry(name, family, p, x, 0.5, a, 0.95, h, 0.90)
+                for p, x, a, h in zip(("float", "integer"), speedups, pf, held, strict=True)]
 
-    entries = [*both("dense", "dense", (0, 0), (0.95, 0.95), (0.90, 0.90)),
-               *both("a", "shipped", (0.69, 0.70), (0.94, 0.94), (0.90, 0.90)),
-               *both("b", "shipped", (0.75, 0.74), (0.93, 0.91), (0.88, 0.86)),
-               *both("c", "shipped", (0.82, 0.82), (0.93, 0.93), (0.87, 0.80))]   # c fails held-out on integer
-    assert frontier.choose_default([e for e in entries if e["path"] == "float"])["name"] == "c"
-    assert frontier.choose_default([e for e in entries if e["path"] == "integer"])["name"] == "b"
-    common = frontier.choose_common(entries)
-    assert common == {"name": "b", "tau": -4.0, "replay": {"float": 0.75, "integer": 0.74}}
-    entries[11]["splits"]["heldout"]["prompt_following"] = 0.8499              # b leaves it on integer
-    assert frontier.choose_common(entries)["name"] == "a"
-    assert frontier.choose_common([e for e in entries if e["name"] in ("dense", "dense (held-out)")]) is None
+    entries = [*both("dense", "dense", (1, 1), (0.95, 0.95), (0.90, 0.90)),
+               *both("a", "shipped", (1.01, 1.01), (0.94, 0.94), (0.90, 0.90)),
+               *both("b", "sparse_aware", (2.3, 2.31), (0.91, 0.90), (0.86, 0.85)),
+               *both("c", "sparse_aware", (2.32, 2.33), (0.93, 0.93), (0.87, 0.80)),  # c fails held-out, int
+               *both("u", "sparse_untrained", (2.4, 2.4), (0.95, 0.95), (0.90, 0.90))]  # not a candidate
+    got = frontier.choose(entries, ("float", "integer"))
+    assert got == {"name": "b", "step_speedup": {"float": 2.3, "integer": 2.31},
+                   "replay": {"float": 0.5, "integer": 0.5}}
+    assert frontier.choose(entries, ("float",))["name"] == "c"
+    entries[5]["splits"]["all"]["prompt_following"] = 0.8999                   # b leaves it on integer
+    assert frontier.choose(entries, ("float", "integer"))["name"] == "a"
+    assert frontier.choose(entries[:2], ("float", "integer")) is None
 
 
 def test_run_writes_the_documented_contract(tmp_path, monkeypatch):
-    """A two-setting run on 4 prompts: names, fractions, the dense entry and the default flag."""
-    from sw.model.fastcar import DEFAULT_TAU
+    """A two-setting run on 4 prompts: calibration on one seed, the choice confirmed on a test seed
+    that is not a calibration seed; fractions, paired differences, speed-ups, both plots."""
+    from sw import operating_point
 
-    settings = [frontier.Setting("dense", "dense", None),
-                frontier.Setting(f"tas {DEFAULT_TAU:g}", "shipped", "logit", DEFAULT_TAU)]
-    prompts = data.DEFAULT_PROMPTS
-    front = frontier.run(settings, paths=("float",), prompts=prompts, seeds=(0,),
-                         heldout_seeds=(), jobs=1, progress=False)
-    names = [e["name"] for e in front["entries"]]
-    assert names == ["dense", f"tas {DEFAULT_TAU:g}"]
-    dense, fc = front["entries"]
-    assert dense["replay"] == 0.0 and not dense.get("default") and fc["default"] is True
-    assert 0 < fc["replay"] <= 7 / 8 and fc["ideal_speedup"] == pytest.approx(1 / (1 - fc["replay"]))
+    settings = [frontier.Setting("dense", "dense", None, paths=("float",)),
+                frontier.Setting("sparse tas -4", "shipped", "logit", -4.0, sparse=(5, 65), paths=("float",))]
+    prompts = [*data.DEFAULT_PROMPTS[:2], *data.heldout_prompts()[:2]]
+    monkeypatch.setattr(frontier, "BUDGET_POINTS", 100.0)       # 4 videos: let any result be chosen
+    front = frontier.run(settings, paths=("float",), prompts=prompts, seeds=(0,), heldout_seeds=(),
+                         test_seeds=(100,), jobs=1, progress=False)
+    assert front["seeds"]["calibration"]["all_prompts"] == [0] and front["seeds"]["test"]["all_prompts"] == [100]
+    cal = [e for e in front["entries"] if e["phase"] == "calibration"]
+    assert [e["name"] for e in cal] == ["dense", "sparse tas -4"]
+    dense, fc = cal
+    assert dense["replay"] == 0.0 and dense["step_speedup"] == pytest.approx(1.0)
+    assert 0 < fc["replay"] <= 7 / 8 and fc["ideal_mlp_speedup"] == pytest.approx(1 / (1 - fc["replay"]))
+    assert 2.0 < fc["step_speedup"] < 3.0                                      # sparse 5+65 on the step
     for e in front["entries"]:
-        assert 0.0 <= e["prompt_following"] <= 1.0 and e["videos"] == 4
-        lo, hi = e["prompt_following_ci95"]
-        assert lo <= e["prompt_following"] <= hi
+        a = e["splits"]["all"]
+        assert 0.0 <= a["prompt_following"] <= 1.0 and a["videos"] == 4
+        assert a["ci95"][0] <= a["prompt_following"] <= a["ci95"][1]
+    assert "paired" in fc["splits"]["all"] and "paired" not in dense["splits"]["all"]
+    assert fc["splits"]["all"]["paired"]["diff"] == pytest.approx(
+        fc["splits"]["all"]["prompt_following"] - dense["splits"]["all"]["prompt_following"])
     assert "sprite_psnr_db" in fc and "sprite_psnr_db" not in dense
+    assert front["chosen"]["name"] == "sparse tas -4"                          # the faster video
+    test = [e for e in front["entries"] if e["phase"] == "test"]
+    assert [e["name"] for e in test] == ["dense", "sparse tas -4"] and all(e["seeds"] == [100] for e in test)
+    assert front["confirmation"]["name"] == "sparse tas -4" and front["confirmation"]["holds"]
+    assert fc["splits"]["heldout"]["videos"] == 2 and fc["splits"]["train"]["videos"] == 2
+    assert front["default"]["checkpoint"] == operating_point.DEFAULT.checkpoint
     json.dumps(front)
     frontier.plot(front, tmp_path / "f.png")
-    assert (tmp_path / "f.png").stat().st_size > 10_000
-    assert "(default)" in frontier.markdown(front)
-    assert front["operating_point"] is None or front["operating_point"]["name"].startswith("tas")
+    frontier.plot_speed(front, tmp_path / "s.png")
+    assert (tmp_path / "f.png").stat().st_size > 10_000 and (tmp_path / "s.png").stat().st_size > 10_000
+    assert "calibration seeds" in frontier.markdown(front)
 
 
 def test_bad_options_are_refused(tmp_path, capsys):
@@ -126,8 +138,13 @@ def test_bad_options_are_refused(tmp_path, capsys):
     (tmp_path / "x" / "f").write_text("keep")
     assert frontier.main(["--out", str(tmp_path / "x"), "--quick"]) == 1
     assert "pass --force" in capsys.readouterr().err and (tmp_path / "x" / "f").read_text() == "keep"
-    assert frontier.main(["--out", str(tmp_path / "y"), "--seeds", "0"]) == 1
+    assert frontier.main(["--out", str(tmp_path / "y"), "--jobs", "0"]) == 1
     with pytest.raises(frontier.FrontierError, match="unique"):
         frontier.run([frontier.Setting("dense", "dense", None)] * 2, prompts=["red square moves up"])
     with pytest.raises(frontier.FrontierError, match="dense"):
         frontier.run([frontier.Setting("a", "shipped", "logit", 0.0)], prompts=["red square moves up"])
+    with pytest.raises(frontier.FrontierError, match="also calibration seeds"):
+        frontier.run([frontier.Setting("dense", "dense", None)], prompts=["red square moves up"],
+                     seeds=(0, 1), test_seeds=(1, 2))
+    with pytest.raises(frontier.FrontierError, match="missing"):
+        frontier.run([frontier.Setting("dense", "dense", None, model="nope")], prompts=["red square moves up"])

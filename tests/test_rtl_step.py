@@ -3,6 +3,7 @@ the system model's SDRAM term equal to them), and the cycle model's fit recoveri
 coefficients (and failing on a wrong one), the video's first step's own term."""
 
 import numpy as np
+import pytest
 import torch
 
 from sw.model.fastcar import SparseConfig, attention_mask
@@ -133,3 +134,51 @@ def test_the_calibrations_system_model_terms_on_later_steps():
             got = system_model_terms(man, np.zeros((517, 4, 4), np.uint8), list(steps), 2.8)["sdram_bytes"]
             img = [s for s in steps if s >= man["prompt_len"]]
             assert got == rtl_step.step_bytes(man, img, 64)[:, :2].sum(), (sparse, steps)
+
+
+def test_the_whole_videos_cycles_are_the_cycle_model_over_every_step():
+    """``system_model.rtl_video_cycles`` (prompt steps and image steps, from replay statistics) is
+    ``rtl_step.features`` over every step of the video from a trace's decisions, with dense and with
+    sparse attention; and moving one image row from replayed to computed changes it by the row's
+    coefficient."""
+    from sw.perf import system_model as sm
+
+    m = sm.Dims(frames=2)
+    rng = np.random.default_rng(3)
+    replay = rng.random((m.positions, m.layers, m.batch)) < 0.6
+    replay[: m.prompt_len + m.tokens_per_frame] = False                 # prompt and frame 0 compute
+    img = replay[m.prompt_len:]
+    stats = sm.ReplayStats((~img).sum(2), img.all(2), "test")
+    coef = np.array([20000.0, 3000.0, 18.0, 1500.0, 400.0, 3600.0])
+    man = {**MANIFEST, "dims": {**MANIFEST["dims"], "samples": m.frames * m.tokens_per_frame}}
+    for sparse in ((5, 65), None):
+        x = rtl_step.features({**man, "decode": {"sparse": None if sparse is None else
+                                                 {"sinks": sparse[0], "window": sparse[1]}}},
+                              replay, range(m.positions))
+        got = sm.rtl_video_cycles(m, stats, sparse=sparse, coef=coef)
+        assert np.isclose(got, rtl_step.predict(x, coef).sum(), rtol=1e-12, atol=0)
+    s, layer = m.prompt_len + m.tokens_per_frame + 3, 1
+    row = int(np.flatnonzero(replay[s, layer])[0])
+    replay[s, layer, row] = False
+    img = replay[m.prompt_len:]
+    moved = sm.ReplayStats((~img).sum(2), img.all(2), "test")
+    assert sm.rtl_video_cycles(m, moved, sparse=None, coef=coef) - got == pytest.approx(
+        coef[3] + coef[4] * (img[s - m.prompt_len, layer].sum() == m.batch - 1))
+
+
+def test_replay_stats_of_a_generation_run_batch_two_prompts_a_video():
+    """``ReplayStats.from_decode`` groups a generation run's rows as the decode step batches them:
+    prompts 2i and 2i + 1 with their unconditional rows; a last prompt left alone is padded with
+    its own rows."""
+    from sw.perf import system_model as sm
+
+    L, F, N, n = 2, 2, 3, 3                                     # 3 prompts: rows 0-2 cond, 3-5 uncond
+    rep = np.zeros((L, F, N, 2 * n), bool)
+    rep[0, 1, 2, [0, 3, 1, 4]] = True                             # prompts 0 and 1 replay both rows
+    rep[1, 1, 0, 2] = True                                        # prompt 2's conditional row
+    a, b = sm.ReplayStats.from_decode(rep)
+    assert a.computed_rows.shape == (F * N, L) and a.computed_rows[N + 2, 0] == 0 and a.all_replayed[N + 2, 0]
+    assert a.computed_rows.sum() == F * N * L * 4 - 4 and b.computed_rows[N, 1] == 2
+    assert not b.all_replayed.any() and b.computed_rows.sum() == F * N * L * 4 - 2
+    with pytest.raises(ValueError, match="even"):
+        sm.ReplayStats.from_decode(np.zeros((L, F, N, 3), bool))

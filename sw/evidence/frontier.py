@@ -1,40 +1,45 @@
-"""Speed at equal quality: prompt following against replay ratio, for every replay decision.
+"""Speed at equal quality: prompt following against replay ratio and against the whole decode step's
+speed-up, for every setting, chosen on calibration seeds and confirmed on test seeds.
 
 Usage::
 
-    python -m sw.evidence.frontier                    # all settings, 96 prompts x 2 seeds, float and integer
+    python -m sw.evidence.frontier                    # calibrate, choose, confirm: float and integer
     python -m sw.evidence.frontier --quick            # 24 prompts x 1 seed, float only (a smoke run)
     python -m sw.evidence.frontier --jobs 2 --out build/frontier --force
 
 Every setting generates the same videos (every prompt of the grammar, the same sampling seeds, CFG
-1.5) with the shipped model, and reports:
+1.5) and reports, on all prompts, on the training split and on the compositional held-out split
+(:func:`sw.model.data.heldout_prompts`):
 
-- the replay ratio and the ideal MLP speed-up ``1 / (1 - replay)``;
-- prompt following (:func:`sw.model.data.describe_clip` reads colour, shape and direction back), with
-  its 95 % Wilson interval and its colour / shape / direction parts, on all prompts, on the
-  training split and on the compositional held-out split (:func:`sw.model.data.heldout_prompts`);
-- sprite motion against dense: the median path length of the sprite's centroid, and the videos whose
-  sprite moves less than 8 px in all (frozen);
-- PSNR and SSIM against the dense video of the same prompt and seed, on the sprite's region only
-  (the dense sprite's boxes, 4 px margin), where a mostly static background cannot hide a frozen
-  sprite.
+- prompt following (:func:`sw.model.data.describe_clip` reads colour, shape and direction back),
+  with its 95 % Wilson interval, and its difference from dense **paired** on the same prompts and
+  seeds: a 95 % paired bootstrap interval and McNemar's discordant pairs;
+- the MLP stage: the replay ratio and the ideal MLP speed-up ``1 / (1 - replay)``;
+- the whole video: its cycles on the decode step as built in RTL (the KV cache and the weights over
+  AXI4, the MLP's weights resident), from the cycle model fitted on RTL runs
+  (:func:`sw.perf.system_model.rtl_video_cycles`), two prompts a video as the step batches them, and
+  the speed-up against dense on the same design, which is the best dense design on this board
+  (``python -m sw.perf.system_model``: streaming the MLP weights or holding the LM head or the KV
+  cache on chip makes dense slower);
+- sprite motion, frozen sprites, and PSNR / SSIM on the sprite's region against dense.
 
-The settings (:func:`default_settings`) are dense, the shipped decision (TAS on the replay-aware
-model) over tau, the paper's decision (the same TAS on the same architecture trained without
-replay, ``sw/checkpoints/dense_trained``), two hindsight-free scores and the hindsight oracle
-(replay where the fresh MLP output changes least from the cached one; it computes the MLP to decide,
-so it bounds what a rule can keep, it does not save work). The change scores have no integer rule,
-so they run on the float path only (the integer plot shows their float curves). The default operating point
-(:data:`sw.model.fastcar.DEFAULT_TAU`) is chosen by :func:`choose_common`: the largest replay that
-:func:`choose_default` accepts on every path (float and integer); dense and every tau of the
-shipped decision are also run on the held-out prompts with 8 seeds (192 videos) to confirm it.
+The evaluation cannot be tuned to: every choice is made on the **calibration seeds**
+(:data:`CALIBRATION_SEEDS` over all 96 prompts, and :data:`CALIBRATION_HELDOUT_SEEDS` more on the 24
+held-out prompts). The operating point (:func:`choose`) is the setting with the largest whole-step
+speed-up whose prompt following stays within :data:`BUDGET_POINTS` of dense on all prompts and on
+the held-out split, float and integer. It and dense are then run again on the **test seeds**
+(:data:`TEST_SEEDS`, at least 8 x 96 prompts), which took no part in the choice; the confirmation
+holds when the same budget holds there. ``frontier.json`` names both seed sets.
 
-Writes ``frontier.json`` (one entry per setting and path with ``name``, ``replay``,
-``prompt_following`` as a fraction, ``dense`` for the baseline and ``"default": true`` on the
-default operating point; ``chosen_by_quality`` per path and ``operating_point`` for all paths at
-once), ``frontier.md`` and ``frontier.png`` under ``--out``, atomically; an
-existing output is refused without ``--force``. Jobs run in parallel across the cores with a
-progress bar.
+The settings (:func:`default_settings`): dense; FastCar's TAS on the shipped model over tau and per
+layer; sparse attention (StreamingLLM's sinks and window) on the shipped model, which never saw its
+mask; the model trained with that mask (``sw/checkpoints/sparse_aware``) with and without FastCar;
+the paper's decision (TAS on the model trained dense) and the hindsight oracle, on the float path.
+
+Writes ``frontier.json``, ``frontier.md``, ``frontier.png`` (prompt following against replay, the
+MLP stage) and ``speed.png`` (prompt following against the whole video's speed-up, with the paper's
+1.77x and 2.1x) under ``--out``, atomically; an existing output is refused without ``--force``. Jobs
+run in parallel across the cores with a progress bar.
 """
 
 from __future__ import annotations
@@ -53,20 +58,27 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
 import numpy as np
 
 from sw.atomic import OutputExistsError, atomic_dir
-from sw.model.fastcar import DISTANCE_SCORES
 
 CFG = 1.5
-#: Sampling seeds of the main run (2 x 96 prompts = 192 videos) and of the held-out check (8 x 24).
-SEEDS = (0, 1)
-HELDOUT_SEEDS = tuple(range(8))
+#: Sampling seeds that choose: every prompt with these, and the held-out prompts with the second set.
+CALIBRATION_SEEDS = (0, 1)
+CALIBRATION_HELDOUT_SEEDS = (2, 3, 4, 5)
+#: Sampling seeds that confirm the choice (every prompt with each); they take no part in choosing.
+TEST_SEEDS = tuple(range(100, 108))
 #: A sprite that moves less than this in all (px, summed over frames) is frozen.
 FROZEN_PX = 8.0
-#: The paper's operating point: 80 % replay, VBench 74.1 -> 71.5 (relative to its dense).
-PAPER = {"replay": 0.80, "dense": 74.1, "fastcar": 71.5}
-#: Quality budget of the default operating point: prompt following within this many points of dense.
+#: The paper's operating points: 80 % replay, VBench 74.1 -> 71.5 (relative to its dense); its FPGA
+#: speed-ups of the whole decode, FastCar alone and with sparse attention.
+PAPER = {"replay": 0.80, "dense": 74.1, "fastcar": 71.5, "speedup": 1.77, "speedup_sparse": 2.1}
+#: Quality budget of the operating point: prompt following within this many points of dense.
 BUDGET_POINTS = 5.0
+#: Paired bootstrap resamples for the interval of a difference from dense.
+BOOTSTRAP = 2000
 REPO = Path(__file__).resolve().parents[2]
-COMPARISON_CHECKPOINT = REPO / "sw" / "checkpoints" / "dense_trained"
+CHECKPOINTS = {"default": REPO / "sw" / "checkpoints" / "default",
+               "dense_trained": REPO / "sw" / "checkpoints" / "dense_trained",
+               "sparse_aware": REPO / "sw" / "checkpoints" / "sparse_aware"}
+SPLITS = ("all", "train", "heldout")
 
 
 class FrontierError(ValueError):
@@ -75,61 +87,97 @@ class FrontierError(ValueError):
 
 @dataclass(frozen=True)
 class Setting:
-    """One replay decision to measure.
+    """One way of decoding to measure.
 
     Attributes
     ----------
     name : str
         Unique label (``dense`` for the baseline).
     family : str
-        Curve it belongs to on the plot.
+        Curve it belongs to on the plots (:data:`FAMILIES`).
     score : str or None
-        ``FastCarConfig.score`` (``None``: dense).
-    tau : float
-        Threshold (TAS units for ``logit``, relative L2 change for ``input`` / ``oracle``).
+        ``FastCarConfig.score`` (``None``: every MLP computed).
+    tau : float or tuple of float
+        Threshold (TAS units for ``logit``, relative L2 change for ``input`` / ``oracle``), one for
+        every layer or one per layer.
     model : str
-        ``"default"`` (the shipped, replay-aware checkpoint) or ``"dense_trained"``.
+        A key of :data:`CHECKPOINTS`.
+    sparse : tuple of int or None
+        ``(sinks, window)`` of sparse attention; ``None``: dense attention.
+    paths : tuple of str
+        The paths it runs on (``float``, ``integer``); the change scores have no integer rule.
     """
 
     name: str
     family: str
     score: str | None
-    tau: float = math.inf
+    tau: float | tuple = math.inf
     model: str = "default"
+    sparse: tuple | None = None
+    paths: tuple = ("float", "integer")
 
     def fastcar(self):
         from sw.model.fastcar import FastCarConfig
 
-        return None if self.score is None else FastCarConfig(tau=self.tau, score=self.score)
+        if self.score is None:
+            return None
+        return FastCarConfig(tau=list(self.tau) if isinstance(self.tau, tuple) else self.tau, score=self.score)
+
+    def sparse_config(self):
+        from sw.model.fastcar import SparseConfig
+
+        return None if self.sparse is None else SparseConfig(sinks=self.sparse[0], window=self.sparse[1])
+
+    def tau_json(self):
+        t = self.tau
+        if isinstance(t, tuple):
+            return [x if math.isfinite(x) else str(x) for x in t]
+        return t if math.isfinite(t) else None
+
+    @classmethod
+    def from_operating_point(cls, op, name: str = "default operating point") -> Setting:
+        model = next((k for k, v in CHECKPOINTS.items() if v == op.checkpoint_path), None)
+        if model is None:
+            raise FrontierError(f"operating point checkpoint {op.checkpoint_path} is not one of {list(CHECKPOINTS)}")
+        return cls(name, "default", None if op.tau is None else "logit",
+                   math.inf if op.tau is None else op.tau, model, op.sparse_pattern)
 
 
 FAMILIES = {
-    "shipped": "TAS, replay-aware model (shipped)",
+    "shipped": "TAS, shipped model",
+    "shipped_layers": "shipped model, layers 0-2 replay, layer 3 computes",
+    "sparse_untrained": "sparse 5+65, shipped model (never saw the mask)",
+    "sparse_aware": "sparse 5+65, model trained with the mask",
+    "sparse_aware_layers": "sparse-aware, layers 0-2 replay, layer 3 computes",
     "paper": "TAS, model trained dense (paper)",
-    "input": "MLP-input change, replay-aware model",
     "oracle": "oracle: MLP-output change (hindsight)",
-    "paper_oracle": "oracle, model trained dense",
 }
-TAS_TAUS = (1.0, 0.0, -1.0, -2.0, -3.0, -4.0, -5.0, -6.0)
-CHANGE_TAUS = (0.2, 0.4, 0.6, 0.8, 1.0)
+#: Families that may become the operating point (the others are references).
+CANDIDATES = ("shipped", "shipped_layers", "sparse_aware", "sparse_aware_layers")
+SPARSE = (5, 65)
+TAS_TAUS = (-2.0, -3.0, -4.0, -5.0)
+SPARSE_TAUS = (-3.0, -4.0, -5.0, -6.0)
+CHANGE_TAUS = (0.2, 0.6, 1.0)
+LAYERS_TAU = (-math.inf, -math.inf, -math.inf, math.inf)
 
 
-def default_settings(*, comparison: bool = True) -> list[Setting]:
-    """Dense, the shipped TAS over tau, the paper's TAS (model trained dense), MLP-input change and
-    the hindsight oracle (on both models)."""
-    from sw.model.fastcar import DEFAULT_TAU
-
+def default_settings(*, comparison: bool = True, sparse_aware: bool = True) -> list[Setting]:
+    """Dense; the shipped model's TAS over tau and per layer; sparse attention on the shipped model
+    and on the model trained with its mask; the paper's decision and the hindsight oracle."""
+    fl = ("float",)
     out = [Setting("dense", "dense", None)]
-    taus = sorted(set(TAS_TAUS) | {DEFAULT_TAU}, reverse=True)
-    out += [Setting(f"tas {t:g}", "shipped", "logit", t) for t in taus]
+    out += [Setting(f"tas {t:g}", "shipped", "logit", t) for t in TAS_TAUS]
+    out += [Setting("tas layers 0-2", "shipped_layers", "logit", LAYERS_TAU)]
+    out += [Setting("sparse", "sparse_untrained", None, sparse=SPARSE, paths=fl),
+            Setting("sparse tas -4", "sparse_untrained", "logit", -4.0, sparse=SPARSE, paths=fl)]
+    if sparse_aware:
+        sa = dict(model="sparse_aware", sparse=SPARSE)
+        out += [Setting("sparse-aware", "sparse_aware", None, **sa)]
+        out += [Setting(f"sparse-aware tas {t:g}", "sparse_aware", "logit", t, **sa) for t in SPARSE_TAUS]
+        out += [Setting("sparse-aware tas layers 0-2", "sparse_aware_layers", "logit", LAYERS_TAU, **sa)]
     if comparison:
-        out += [Setting("dense_trained dense", "paper", None, model="dense_trained")]
-        out += [Setting(f"paper tas {t:g}", "paper", "logit", t, "dense_trained") for t in taus]
-    out += [Setting(f"input {t:g}", "input", "input", t) for t in CHANGE_TAUS]
-    out += [Setting(f"oracle {t:g}", "oracle", "oracle", t) for t in CHANGE_TAUS]
-    if comparison:
-        out += [Setting(f"paper oracle {t:g}", "paper_oracle", "oracle", t, "dense_trained")
-                for t in CHANGE_TAUS]
+        out += [Setting("paper tas -4", "paper", "logit", -4.0, "dense_trained", paths=fl)]
+    out += [Setting(f"oracle {t:g}", "oracle", "oracle", t, paths=fl) for t in CHANGE_TAUS]
     return out
 
 
@@ -156,12 +204,10 @@ def _checkpoint(model: str, integer: bool):
     """The checkpoint of ``model`` in this process (loaded once), with the integer path installed
     or removed."""
     from sw.golden.calibrate import integer_constants
-    from sw.model.checkpoint import DEFAULT_CHECKPOINT, load_checkpoint
+    from sw.model.checkpoint import load_checkpoint
 
     if model not in _CKPTS:
-        path = DEFAULT_CHECKPOINT if model == "default" else COMPARISON_CHECKPOINT
-        ckpt = load_checkpoint(path)
-        _CKPTS[model] = (ckpt, None)
+        _CKPTS[model] = (load_checkpoint(CHECKPOINTS[model]), None)
     ckpt, ip = _CKPTS[model]
     if integer and ip is None:
         import torch
@@ -183,14 +229,16 @@ def _init_worker():
 
 
 def run_job(job: dict) -> dict:
-    """Generate one job's videos and read them back; returns per-video records and the replay ratio."""
+    """Generate one job's videos and read them back; returns per-video records, the replay ratio and
+    the whole videos' cycles on the decode step as built."""
     from sw.model import data
     from sw.model.generate import generate_videos
+    from sw.perf import system_model as sm
 
     setting: Setting = job["setting"]
     ckpt = _checkpoint(setting.model, job["integer"])
     videos, stats = generate_videos(ckpt, job["prompts"], seed=job["seed"], cfg_scale=CFG,
-                                    fastcar=setting.fastcar(), progress=False)
+                                    fastcar=setting.fastcar(), sparse=setting.sparse_config(), progress=False)
     reads = []
     for video in videos:
         try:
@@ -201,7 +249,14 @@ def run_job(job: dict) -> dict:
         reads.append({k: r[k] for k in ("colour", "shape", "direction", "prompt", "centroids")})
     replayed = int(stats.replayed.sum())
     total = int(stats.filled.sum()) * stats.replayed.shape[0] * stats.replayed.shape[3]
-    return {"key": job["key"], "videos": videos, "reads": reads, "replayed": replayed, "total": total}
+    m = sm.Dims.from_config(ckpt.model.config)
+    cycles = sum(sm.rtl_video_cycles(m, r, sparse=setting.sparse)
+                 for r in sm.ReplayStats.from_decode(stats.replayed.numpy(), m.prompts))
+    pairs = -(-len(job["prompts"]) // m.prompts)
+    dense = pairs * sm.rtl_video_cycles(m, sm.ReplayStats.dense(m), sparse=None)
+    return {"key": job["key"], "prompts": list(job["prompts"]), "seed": job["seed"], "videos": videos,
+            "reads": reads, "replayed": replayed, "total": total, "cycles": float(cycles),
+            "dense_cycles": float(dense), "pairs": pairs}
 
 
 # --------------------------------------------------------------------------------------------------
@@ -256,153 +311,146 @@ def region_ssim(a: np.ndarray, b: np.ndarray, box) -> float:
     return float(ssim(ta, tb, data_range=255, size_average=True, win_size=max(win, 1)))
 
 
-def summarise(results: list[dict], prompts: list[str], dense: list[dict] | None) -> dict:
-    """Figures of one setting from its jobs' results (one per seed, same prompts), against dense."""
+def paired(hits: np.ndarray, ref: np.ndarray, *, resamples: int = BOOTSTRAP, seed: int = 0) -> dict:
+    """The difference in prompt following between two settings on the same videos (same prompts and
+    seeds): ``diff`` (fraction), its 95 % paired bootstrap interval (percentile, ``resamples``
+    resamples of the videos, a fixed seed), and McNemar's discordant pairs (``worse``: dense right
+    and the setting wrong; ``better``: the other way) with the exact two-sided p-value."""
+    hits, ref = np.asarray(hits, bool), np.asarray(ref, bool)
+    if hits.shape != ref.shape or hits.ndim != 1:
+        raise ValueError(f"paired: {hits.shape} against {ref.shape}: not the same videos")
+    n = len(hits)
+    d = hits.astype(np.int8) - ref.astype(np.int8)
+    rng = np.random.default_rng(seed)
+    boots = d[rng.integers(0, n, (resamples, n))].mean(1) if n else np.zeros(1)
+    worse, better = int(((d < 0)).sum()), int((d > 0).sum())
+    k, m = min(worse, better), worse + better
+    p = min(1.0, 2 * sum(math.comb(m, i) for i in range(k + 1)) / 2 ** m) if m else 1.0
+    return {"diff": float(d.mean()) if n else 0.0,
+            "ci95": [float(np.percentile(boots, 2.5)), float(np.percentile(boots, 97.5))],
+            "worse": worse, "better": better, "mcnemar_p": p}
+
+
+def _videos(results: list[dict]):
+    """Every video of some jobs: ``(prompt, seed, read, video, main)`` in a fixed order (``main``:
+    from a job over all the prompts, not one of the extra held-out seeds)."""
+    for res in sorted(results, key=lambda r: (r["key"][3], r["seed"])):
+        for prompt, read, video in zip(res["prompts"], res["reads"], res["videos"], strict=True):
+            yield prompt, res["seed"], read, video, res["key"][3] == "main"
+
+
+def summarise(results: list[dict], dense: list[dict] | None) -> dict:
+    """Figures of one setting on one path from its jobs' results, against dense's jobs on the same
+    prompts and seeds (``None``: this is dense)."""
     from sw.model import data
 
-    want = [data.parse_prompt(p) for p in prompts]
-    ok = {"prompt": 0, "colour": 0, "shape": 0, "direction": 0}
-    split = {"train": [0, 0], "heldout": [0, 0]}
-    motion, psnrs, ssims = [], [], []
-    n = 0
-    for ri, res in enumerate(results):
-        for vi, r in enumerate(res["reads"]):
-            c, s, d = want[vi]
-            n += 1
-            hit = r["prompt"] == prompts[vi]
-            ok["prompt"] += hit
-            ok["colour"] += r["colour"] == c
-            ok["shape"] += r["shape"] == s
-            ok["direction"] += r["direction"] == d
-            part = split["heldout" if data.is_heldout(prompts[vi]) else "train"]
-            part[0] += hit
-            part[1] += 1
-            motion.append(path_length(r["centroids"]))
-            if dense is not None:
-                ref_read, ref_video = dense[ri]["reads"][vi], dense[ri]["videos"][vi]
-                mask, box = sprite_region(ref_read["centroids"])
-                if box is not None:
-                    psnrs.append(region_psnr(res["videos"][vi], ref_video, mask))
-                    ssims.append(region_ssim(res["videos"][vi], ref_video, box))
+    vids = list(_videos(results))
+    ref = {(p, s): (r, v) for p, s, r, v, _ in _videos(dense)} if dense is not None else None
+    hits = np.array([r["prompt"] == p for p, _, r, _, _ in vids], bool)
+    held = np.array([data.is_heldout(p) for p, *_ in vids], bool)
+    main = np.array([v[4] for v in vids], bool)
+    out = {}
+    for split, sel in (("all", main), ("train", main & ~held), ("heldout", held)):
+        n = int(sel.sum())
+        k = int(hits[sel].sum())
+        e = {"videos": n, "prompt_following": k / n if n else None, "ci95": list(wilson(k, n))}
+        if ref is not None and n:
+            r_hits = np.array([ref[v[:2]][0]["prompt"] == v[0] for v, x in zip(vids, sel, strict=True) if x])
+            e["dense"] = float(r_hits.mean())
+            e["paired"] = paired(hits[sel], r_hits)
+        out[split] = e
+    want = {p: data.parse_prompt(p) for p, *_ in vids}
+    sel = [i for i, x in enumerate(main) if x] or list(range(len(vids)))
+    parts = {k: float(np.mean([vids[i][2][k] == want[vids[i][0]][j] for i in sel]))
+             for j, k in enumerate(("colour", "shape", "direction"))}
+    motion = [path_length(vids[i][2]["centroids"]) for i in sel]
+    psnrs, ssims = [], []
+    if ref is not None:
+        for i in sel:
+            p, s, _, video, _ = vids[i]
+            ref_read, ref_video = ref[(p, s)]
+            mask, box = sprite_region(ref_read["centroids"])
+            if box is not None:
+                psnrs.append(region_psnr(video, ref_video, mask))
+                ssims.append(region_ssim(video, ref_video, box))
     replayed = sum(r["replayed"] for r in results)
     total = sum(r["total"] for r in results)
     replay = replayed / total if total else 0.0
-    lo, hi = wilson(ok["prompt"], n)
-    out = {
-        "replay": replay,
-        "ideal_speedup": 1.0 / (1.0 - replay),
-        "videos": n,
-        "prompt_following": ok["prompt"] / n,
-        "prompt_following_ci95": [lo, hi],
-        "parts": {k: ok[k] / n for k in ("colour", "shape", "direction")},
-        "motion_median_px": float(np.median(motion)),
-        "frozen": int(sum(m < FROZEN_PX for m in motion)),
-        "splits": {k: {"videos": v[1], "prompt_following": v[0] / v[1] if v[1] else None}
-                   for k, v in split.items()},
-    }
+    cycles = sum(r["cycles"] for r in results) / sum(r["pairs"] for r in results)
+    dense_cycles = sum(r["dense_cycles"] for r in results) / sum(r["pairs"] for r in results)
+    e = {"replay": replay, "ideal_mlp_speedup": 1.0 / (1.0 - replay),
+         "video_cycles": cycles, "step_speedup": dense_cycles / cycles,
+         "splits": out, "parts": parts,
+         "motion_median_px": float(np.median(motion)) if motion else 0.0,
+         "frozen": int(sum(m < FROZEN_PX for m in motion))}
     if psnrs:
-        out["sprite_psnr_db"] = float(np.mean(psnrs))
-        out["sprite_ssim"] = float(np.mean(ssims))
-    return out
+        e["sprite_psnr_db"] = float(np.mean(psnrs))
+        e["sprite_ssim"] = float(np.mean(ssims))
+    return e
 
 
-def within_budget(e: dict, dense: dict, split: str) -> bool:
-    """Prompt following of ``e`` on ``split`` within :data:`BUDGET_POINTS` of ``dense``'s."""
-    return (e["splits"][split]["prompt_following"]
-            >= dense["splits"][split]["prompt_following"] - BUDGET_POINTS / 100 - 1e-12)
+def within_budget(e: dict, split: str) -> bool:
+    """Prompt following of entry ``e`` on ``split`` within :data:`BUDGET_POINTS` of dense's on the
+    same videos."""
+    s = e["splits"][split]
+    return s.get("dense") is not None and s["prompt_following"] >= s["dense"] - BUDGET_POINTS / 100 - 1e-12
 
 
-def _qualifying(entries: list[dict], family: str) -> list[dict]:
-    """The entries of ``family`` (one path, all prompts) whose prompt following stays within
-    :data:`BUDGET_POINTS` of dense on the training split and, when they have a held-out entry,
-    also on the held-out split."""
-    dense = next(d for d in entries if d["name"] == "dense" and d["prompts"] == "all")
-    held = {e["name"]: e for e in entries if e["prompts"] == "held-out"}
-    dense_held = held.get("dense (held-out)")
-    out = []
+def holds(e: dict) -> bool:
+    """Within the budget on all prompts and on the held-out split."""
+    return within_budget(e, "all") and within_budget(e, "heldout")
+
+
+def choose(entries: list[dict], paths, families=CANDIDATES) -> dict | None:
+    """The operating point: among the settings of ``families`` measured on every path in ``paths``,
+    those that :func:`holds` on every path; of these the largest whole-step speed-up on the path where
+    it is smallest, then the largest replay. Returns ``{"name", "step_speedup": {path: x},
+    "replay": {path: r}}`` or ``None``."""
+    by = {}
     for e in entries:
-        if e["family"] != family or e["prompts"] != "all" or not within_budget(e, dense, "train"):
-            continue
-        h = held.get(f"{e['name']} (held-out)")
-        if h is not None and dense_held is not None and not within_budget(h, dense_held, "heldout"):
-            continue
-        out.append(e)
-    return out
-
-
-def choose_default(entries: list[dict], family: str = "shipped") -> dict | None:
-    """The operating point chosen by quality on one path: the largest-replay entry of ``family``
-    whose prompt following stays within :data:`BUDGET_POINTS` of dense on the training split (the
-    prompts it was calibrated and trained on) and is confirmed on the held-out split (its held-out
-    entry, when there is one, also within the budget); ``None`` if none is. Entries of one path."""
-    return max(_qualifying(entries, family), key=lambda e: e["replay"], default=None)
-
-
-def choose_common(entries: list[dict], family: str = "shipped") -> dict | None:
-    """The operating point of every path at once: the setting (by name) that qualifies as in
-    :func:`choose_default` on each path of ``entries``, with the largest replay on the path where
-    it is smallest; ``None`` if none qualifies on all. Returns ``{"name", "tau", "replay": {path:
-    ratio}}``. The accelerator runs the integer path, the float model the other: one threshold
-    must hold for both."""
-    paths = sorted({e["path"] for e in entries})
-    ok = [{e["name"]: e for e in _qualifying([x for x in entries if x["path"] == p], family)} for p in paths]
-    common = set(ok[0]).intersection(*ok[1:]) if ok else set()
-    if not common:
+        if e["family"] in families and e["path"] in paths:
+            by.setdefault(e["name"], {})[e["path"]] = e
+    ok = {n: d for n, d in by.items() if set(d) == set(paths) and all(holds(x) for x in d.values())}
+    if not ok:
         return None
-    name = max(common, key=lambda n: min(q[n]["replay"] for q in ok))
-    return {"name": name, "tau": ok[0][name]["tau"], "replay": {p: q[name]["replay"] for p, q in zip(paths, ok)}}
+    name = max(ok, key=lambda n: (min(x["step_speedup"] for x in ok[n].values()),
+                                  min(x["replay"] for x in ok[n].values())))
+    return {"name": name, "step_speedup": {p: ok[name][p]["step_speedup"] for p in paths},
+            "replay": {p: ok[name][p]["replay"] for p in paths}}
 
 
 # --------------------------------------------------------------------------------------------------
 # The run
 
 
-def plan(settings: list[Setting], paths: list[str], *, prompts: list[str], seeds, heldout_seeds) -> list[dict]:
-    """Every job: each setting x path x seed on ``prompts``; dense and the shipped decision also on
-    the held-out prompts with ``heldout_seeds`` (the confirmation of the operating point)."""
+def plan(settings: list[Setting], paths, *, phase: str, prompts, seeds, heldout_seeds) -> list[dict]:
+    """Every job of one phase: each setting x path x seed on ``prompts``, and the candidates and
+    dense on the held-out prompts with ``heldout_seeds`` as well."""
     from sw.model import data
 
     jobs = []
     for path in paths:
-        integer = path == "integer"
         for s in settings:
-            if integer and s.score in DISTANCE_SCORES:
-                continue  # no integer rule: the change scores are float measurements
+            if path not in s.paths:
+                continue
             for seed in seeds:
-                jobs.append({"key": (s.name, path, "main", seed), "setting": s, "integer": integer,
-                             "seed": seed, "prompts": prompts})
-            if (s.name == "dense" or (s.family == "shipped" and s.model == "default")) and heldout_seeds:
+                jobs.append({"key": (phase, s.name, path, "main", seed), "setting": s,
+                             "integer": path == "integer", "seed": seed, "prompts": list(prompts)})
+            if s.family in (*CANDIDATES, "dense", "default"):
                 for seed in heldout_seeds:
-                    jobs.append({"key": (s.name, path, "heldout", seed), "setting": s, "integer": integer,
-                                 "seed": seed, "prompts": data.heldout_prompts()})
+                    jobs.append({"key": (phase, s.name, path, "heldout", seed), "setting": s,
+                                 "integer": path == "integer", "seed": seed, "prompts": data.heldout_prompts()})
     return jobs
 
 
-def run(settings: list[Setting], *, paths=("float", "integer"), prompts=None, seeds=SEEDS,
-        heldout_seeds=HELDOUT_SEEDS, jobs: int | None = None, progress: bool = True) -> dict:
-    """Run every setting and return the frontier (``{"entries": [...], ...}``)."""
+def _execute(todo: list[dict], jobs: int, progress: bool, desc: str) -> dict:
     import multiprocessing as mp
 
     from tqdm import tqdm
 
-    from sw.model import data
-    from sw.model.fastcar import DEFAULT_TAU
-
-    prompts = list(prompts or data.all_prompts())
-    names = [s.name for s in settings]
-    if len(set(names)) != len(names):
-        raise FrontierError(f"setting names must be unique: {names}")
-    if "dense" not in names:
-        raise FrontierError("the settings need the dense baseline (name 'dense')")
-    if any(s.model == "dense_trained" for s in settings) and not COMPARISON_CHECKPOINT.exists():
-        raise FrontierError(f"{COMPARISON_CHECKPOINT}: the comparison checkpoint is missing "
-                            f"(train it with python sw/model/train.py --replay-tau off --out ...)")
-    default = next((s for s in settings if s.family == "shipped" and s.tau == DEFAULT_TAU), None)
-    todo = plan(settings, list(paths), prompts=prompts, seeds=seeds, heldout_seeds=heldout_seeds)
-    todo.sort(key=lambda j: (not j["integer"], -len(j["prompts"])))  # the longest first
-    jobs = jobs or os.cpu_count() or 1
+    todo = sorted(todo, key=lambda j: (not j["integer"], -len(j["prompts"])))  # the longest first
     done = {}
-    bar = tqdm(total=len(todo), desc="frontier", unit="job", disable=not progress)
+    bar = tqdm(total=len(todo), desc=desc, unit="job", disable=not progress)
     if jobs == 1:
         _init_worker()
         for job in todo:
@@ -416,137 +464,224 @@ def run(settings: list[Setting], *, paths=("float", "integer"), prompts=None, se
                 done[r["key"]] = r
                 bar.update()
     bar.close()
+    return done
 
+
+def _entries(settings, paths, phase, done) -> list[dict]:
     entries = []
     for path in paths:
-        for part, part_prompts, part_seeds in (("main", prompts, seeds),
-                                                ("heldout", data.heldout_prompts(), heldout_seeds)):
-            dense = [done[("dense", path, part, s)] for s in part_seeds] if part_seeds else None
-            for s in settings:
-                keys = [(s.name, path, part, seed) for seed in part_seeds]
-                if not keys or keys[0] not in done:
-                    continue
-                res = [done[k] for k in keys]
-                same_model = dense if s.model == "default" else \
-                    [done[("dense_trained dense", path, part, seed)] for seed in part_seeds] \
-                    if ("dense_trained dense", path, part, part_seeds[0]) in done else None
-                e = {"name": s.name if part == "main" else f"{s.name} (held-out)", "family": s.family,
-                     "score": s.score, "tau": s.tau if math.isfinite(s.tau) else None, "model": s.model,
-                     "path": path, "prompts": "all" if part == "main" else "held-out",
-                     "seeds": list(part_seeds),
-                     **summarise(res, part_prompts, same_model if s.score is not None else None)}
-                if part == "main" and default is not None and s.name == default.name:
-                    e["default"] = True
-                entries.append(e)
-    chosen = {p: choose_default([e for e in entries if e["path"] == p]) for p in paths}
-    return {"cfg": CFG, "seeds": list(seeds), "heldout_seeds": list(heldout_seeds), "prompts": len(prompts),
-            "default_tau": DEFAULT_TAU, "budget_points": BUDGET_POINTS, "paper": PAPER,
-            "chosen_by_quality": {p: (None if c is None else {"name": c["name"], "tau": c["tau"],
-                                                              "replay": c["replay"],
-                                                              "is_default": c.get("default", False)})
-                                  for p, c in chosen.items()},
-            "operating_point": _with_default(choose_common(entries), DEFAULT_TAU),
-            "entries": entries}
+        dense = [r for k, r in done.items() if k[:3] == (phase, "dense", path)]
+        for s in settings:
+            res = [r for k, r in done.items() if k[:3] == (phase, s.name, path)]
+            if not res:
+                continue
+            e = {"name": s.name, "family": s.family, "score": s.score, "tau": s.tau_json(), "model": s.model,
+                 "sparse": list(s.sparse) if s.sparse else None, "path": path, "phase": phase,
+                 "seeds": sorted({r["seed"] for r in res}),
+                 **summarise(res, None if s.name == "dense" else dense)}
+            entries.append(e)
+    return entries
 
 
-def _with_default(point: dict | None, default_tau: float) -> dict | None:
-    """``point`` with ``is_default``: whether its tau is the shipped default."""
-    return None if point is None else {**point, "is_default": point["tau"] == default_tau}
+def run(settings: list[Setting], *, paths=("float", "integer"), prompts=None, seeds=CALIBRATION_SEEDS,
+        heldout_seeds=CALIBRATION_HELDOUT_SEEDS, test_seeds=TEST_SEEDS, jobs: int | None = None,
+        progress: bool = True) -> dict:
+    """Calibrate every setting, choose the operating point, confirm it on the test seeds; returns
+    the frontier (``{"entries": [...], "chosen", "confirmation", ...}``)."""
+    from sw import operating_point
+    from sw.model import data
+
+    prompts = list(prompts or data.all_prompts())
+    names = [s.name for s in settings]
+    if len(set(names)) != len(names):
+        raise FrontierError(f"setting names must be unique: {names}")
+    if "dense" not in names:
+        raise FrontierError("the settings need the dense baseline (name 'dense')")
+    for s in settings:
+        if s.model not in CHECKPOINTS or not CHECKPOINTS[s.model].is_dir():
+            raise FrontierError(f"setting {s.name!r}: checkpoint {CHECKPOINTS.get(s.model, s.model)} is missing")
+    overlap = set(test_seeds) & (set(seeds) | set(heldout_seeds))
+    if overlap:
+        raise FrontierError(f"test seeds {sorted(overlap)} are also calibration seeds")
+    paths = list(paths)
+    jobs = jobs or os.cpu_count() or 1
+    done = _execute(plan(settings, paths, phase="calibration", prompts=prompts, seeds=seeds,
+                         heldout_seeds=heldout_seeds), jobs, progress, "calibration")
+    entries = _entries(settings, paths, "calibration", done)
+    chosen = choose(entries, paths)
+    default = Setting.from_operating_point(operating_point.DEFAULT)
+    current = next((s for s in settings if (s.score, s.tau, s.model, s.sparse)
+                    == (default.score, default.tau, default.model, default.sparse)), None)
+    confirmation = None
+    if test_seeds and chosen is not None:
+        pick = next(s for s in settings if s.name == chosen["name"])
+        confirm = [next(s for s in settings if s.name == "dense"), pick]
+        if current is not None and current.name != pick.name:
+            confirm.append(current)      # the shipped default, whether or not it is the choice
+        done_t = _execute(plan(confirm, paths, phase="test", prompts=prompts, seeds=test_seeds,
+                               heldout_seeds=()), jobs, progress, "test")
+        test = _entries(confirm, paths, "test", done_t)
+        entries += test
+        confirmation = {"name": pick.name,
+                        "holds": all(holds(e) for e in test if e["name"] == pick.name),
+                        "step_speedup": {e["path"]: e["step_speedup"] for e in test if e["name"] == pick.name},
+                        "replay": {e["path"]: e["replay"] for e in test if e["name"] == pick.name}}
+    return {"cfg": CFG, "prompts": len(prompts), "budget_points": BUDGET_POINTS, "paper": PAPER,
+            "seeds": {"calibration": {"all_prompts": list(seeds), "heldout_prompts": list(heldout_seeds),
+                                      "role": "every setting; the operating point is chosen on these"},
+                      "test": {"all_prompts": list(test_seeds),
+                               "role": "dense, the chosen setting and the shipped default, run after the "
+                                       "choice to confirm it; no choice is made on these"}},
+            "design": "the decode step as built in RTL (KV cache and weights over AXI4, MLP weights "
+                      "resident), cycles by sw.perf.system_model.rtl_video_cycles; dense on it is the "
+                      "best dense design (python -m sw.perf.system_model)",
+            "default": {**operating_point.DEFAULT.to_dict(),
+                        "setting": None if current is None else current.name},
+            "chosen": chosen, "confirmation": confirmation, "entries": entries}
 
 
 # --------------------------------------------------------------------------------------------------
 # Output
 
 
+def _pct(x) -> str:
+    return "-" if x is None else f"{x:.1%}"
+
+
+def _diff(split: dict) -> str:
+    p = split.get("paired")
+    if p is None:
+        return "-"
+    lo, hi = p["ci95"]
+    return f"{p['diff'] * 100:+.1f} [{lo * 100:+.1f}, {hi * 100:+.1f}]"
+
+
 def markdown(front: dict) -> str:
-    lines = ["| path | setting | replay | ideal MLP speed-up | prompt following [95 % CI] | colour / shape / "
-             "direction | training split | sprite motion (median px) | frozen | sprite PSNR / SSIM |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
-    for e in front["entries"]:
-        lo, hi = e["prompt_following_ci95"]
-        parts = " / ".join(f"{e['parts'][k]:.0%}" for k in ("colour", "shape", "direction"))
-        tr = e["splits"]["train"]["prompt_following"]
-        q = (f"{e['sprite_psnr_db']:.1f} dB / {e['sprite_ssim']:.3f}" if "sprite_psnr_db" in e else "-")
-        star = " **(default)**" if e.get("default") else ""
-        lines.append(f"| {e['path']} | {e['name']}{star} | {e['replay']:.3f} | {e['ideal_speedup']:.2f}x | "
-                     f"{e['prompt_following']:.1%} [{lo:.0%}, {hi:.0%}] | {parts} | "
-                     f"{'-' if tr is None else f'{tr:.1%}'} | {e['motion_median_px']:.0f} | "
-                     f"{e['frozen']}/{e['videos']} | {q} |")
-    for p, c in front["chosen_by_quality"].items():
+    lines = []
+    for phase in ("calibration", "test"):
+        rows = [e for e in front["entries"] if e["phase"] == phase]
+        if not rows:
+            continue
+        seeds = front["seeds"][phase]
+        lines += [f"## {phase} seeds: {seeds['all_prompts']}"
+                  + (f" (held-out prompts also {seeds['heldout_prompts']})" if seeds.get("heldout_prompts") else ""),
+                  "",
+                  "| path | setting | replay | whole-step speed-up | prompt following, all | vs dense, paired "
+                  "[95 %] | held-out | vs dense, paired [95 %] | frozen | sprite PSNR |",
+                  "|---|---|---|---|---|---|---|---|---|---|"]
+        for e in rows:
+            a, h = e["splits"]["all"], e["splits"]["heldout"]
+            star = " **(chosen)**" if front["chosen"] and e["name"] == front["chosen"]["name"] else ""
+            q = f"{e['sprite_psnr_db']:.1f} dB" if "sprite_psnr_db" in e else "-"
+            lines.append(f"| {e['path']} | {e['name']}{star} | {e['replay']:.3f} | {e['step_speedup']:.2f}x | "
+                         f"{_pct(a['prompt_following'])} ({a['videos']}) | {_diff(a)} | "
+                         f"{_pct(h['prompt_following'])} ({h['videos']}) | {_diff(h)} | "
+                         f"{e['frozen']}/{a['videos']} | {q} |")
         lines.append("")
-        what = "none" if c is None else f"{c['name']} (replay {c['replay']:.3f})"
-        if c is not None:
-            what += (", the default operating point" if c["is_default"] else
-                     f"; the default tau {front['default_tau']:g} is another point")
-        lines.append(f"{p}: the largest replay of the shipped decision within {front['budget_points']:g} "
-                     f"points of dense on the training split, confirmed on the held-out split: {what}")
-    c = front.get("operating_point")
-    lines.append("")
+    c, conf = front["chosen"], front.get("confirmation")
     if c is None:
-        lines.append("no setting of the shipped decision qualifies on every path")
+        lines.append(f"no candidate holds within {front['budget_points']:g} points of dense on every path "
+                     "(calibration seeds)")
     else:
-        ratios = ", ".join(f"{p} {r:.3f}" for p, r in c["replay"].items())
-        lines.append(f"every path at once: {c['name']} (replay {ratios})"
-                     + (", the default operating point" if c["is_default"] else
-                        f"; the default tau {front['default_tau']:g} is another point"))
+        sp = ", ".join(f"{p} {x:.2f}x" for p, x in c["step_speedup"].items())
+        lines.append(f"chosen on the calibration seeds: {c['name']} (whole-step speed-up {sp})")
+    if conf is not None:
+        lines.append(f"confirmed on the test seeds: {'yes' if conf['holds'] else 'NO'} "
+                     f"(speed-up {', '.join(f'{p} {x:.2f}x' for p, x in conf['step_speedup'].items())}, "
+                     f"replay {', '.join(f'{p} {x:.3f}' for p, x in conf['replay'].items())})")
+    d = front["default"]
+    lines.append(f"the default operating point (sw/operating_point.py): {d['setting'] or d}")
     return "\n".join(lines) + "\n"
 
 
-def plot(front: dict, path: Path) -> None:
+def _panels(front: dict):
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     paths = sorted({e["path"] for e in front["entries"]}, key=["float", "integer"].index)
-    fig, axes = plt.subplots(1, len(paths), figsize=(6.2 * len(paths), 4.4), dpi=100, squeeze=False)
-    colours = {"shipped": "C0", "paper": "C3", "input": "C2", "oracle": "0.35", "paper_oracle": "C3"}
-    for ax, p in zip(axes[0], paths, strict=True):
-        main = [e for e in front["entries"] if e["path"] == p and e["prompts"] == "all"]
-        dense = next(e for e in main if e["name"] == "dense")
-        d = dense["prompt_following"] * 100
-        ax.axhspan(d - front["budget_points"], d, color="C0", alpha=0.08,
-                   label=f"within {front['budget_points']:g} points of dense")
-        ax.axhline(d, color="k", lw=0.8)
-        ax.plot([0], [d], "ks", label=f"dense {d:.1f} %")
-        for fam, label in FAMILIES.items():
-            pts = sorted((e["replay"], e["prompt_following"] * 100, e["prompt_following_ci95"])
-                         for e in main if e["family"] == fam and e["score"] is not None)
-            if not pts and p == "integer":  # the change scores have no integer rule: show float's
-                pts = sorted((e["replay"], e["prompt_following"] * 100, e["prompt_following_ci95"])
-                             for e in front["entries"] if e["family"] == fam and e["path"] == "float"
-                             and e["prompts"] == "all" and e["score"] is not None)
-                label += " (float)"
-            if not pts:
-                continue
-            xs, ys, ci = zip(*pts, strict=True)
-            err = np.array([[y - c[0] * 100 for y, c in zip(ys, ci, strict=True)],
-                            [c[1] * 100 - y for y, c in zip(ys, ci, strict=True)]])
-            style = "--" if fam.endswith("oracle") else "-"
-            ax.errorbar(xs, ys, yerr=err, fmt="o" + style, ms=4, lw=1.2, capsize=2, color=colours[fam],
-                        label=label)
-        paper_y = d * front["paper"]["fastcar"] / front["paper"]["dense"]
-        ax.plot([front["paper"]["replay"]], [paper_y], "r*", ms=12,
-                label="paper: 80 % replay, VBench 74.1 -> 71.5 (scaled to our dense)")
-        for e in main:
-            if e.get("default"):
-                ax.plot([e["replay"]], [e["prompt_following"] * 100], "o", ms=14, mfc="none", mec="C1",
-                        mew=2, label=f"default operating point ({e['name']})")
-        held = sorted((e for e in front["entries"] if e["path"] == p and e["prompts"] == "held-out"
-                       and e["score"] is not None), key=lambda e: e["replay"])
-        if held:
-            ax.plot([e["replay"] for e in held], [e["prompt_following"] * 100 for e in held], "D:", color="C1",
-                    ms=4, lw=1, label=f"TAS, replay-aware, held-out prompts ({held[0]['videos']} videos; "
-                                      "dense there: "
-                                      f"{next(e for e in front['entries'] if e['path'] == p and e['name'] == 'dense (held-out)')['prompt_following']:.1%})")
+    fig, axes = plt.subplots(1, len(paths), figsize=(6.4 * len(paths), 4.6), dpi=100, squeeze=False)
+    return plt, fig, paths, axes[0]
+
+
+COLOURS = {"shipped": "C0", "shipped_layers": "C9", "sparse_untrained": "C3", "sparse_aware": "C2",
+           "sparse_aware_layers": "C8", "paper": "C1", "oracle": "0.35"}
+
+
+def _curves(ax, front, path, x_key: str, split: str = "all"):
+    """One panel: each family's calibration points, prompt following on ``split`` against ``x_key``;
+    the integer panel shows the float-only families' float points."""
+    cal = [e for e in front["entries"] if e["phase"] == "calibration"]
+    dense = next(e for e in cal if e["name"] == "dense" and e["path"] == path)
+    d = dense["splits"][split]["prompt_following"] * 100
+    ax.axhspan(d - front["budget_points"], d, color="C0", alpha=0.08,
+               label=f"within {front['budget_points']:g} points of dense")
+    ax.axhline(d, color="k", lw=0.8)
+    ax.plot([dense[x_key] if x_key == "step_speedup" else 0], [d], "ks", label=f"dense {d:.1f} %")
+    for fam, label in FAMILIES.items():
+        own = [e for e in cal if e["family"] == fam and e["path"] == path]
+        if not own and path == "integer":
+            own = [e for e in cal if e["family"] == fam and e["path"] == "float"]
+            label += " (float)"
+        own = [e for e in own if e["name"] != "dense"]
+        if not own:
+            continue
+        pts = sorted((e[x_key], e["splits"][split]["prompt_following"] * 100, e["splits"][split]["ci95"])
+                     for e in own if e["splits"][split]["videos"])
+        xs, ys, ci = zip(*pts, strict=True)
+        err = np.array([[y - c[0] * 100 for y, c in zip(ys, ci, strict=True)],
+                        [c[1] * 100 - y for y, c in zip(ys, ci, strict=True)]])
+        ax.errorbar(xs, ys, yerr=err, fmt="o" + ("--" if fam == "oracle" else "-"), ms=4, lw=1.2, capsize=2,
+                    color=COLOURS[fam], label=label)
+    test = [e for e in front["entries"] if e["phase"] == "test" and e["path"] == path and e["name"] != "dense"]
+    for e in test:
+        ax.plot([e[x_key]], [e["splits"][split]["prompt_following"] * 100], "D", ms=10, mfc="none", mec="C1",
+                mew=2, label=f"{e['name']}, test seeds (dense there "
+                             f"{e['splits'][split]['dense'] * 100:.1f} %)")
+    ax.set_ylim(0, 100)
+    ax.set_ylabel(f"prompt following, {'all prompts' if split == 'all' else 'held-out prompts'} (%)")
+    ax.grid(alpha=0.3)
+    return d
+
+
+def plot(front: dict, path: Path) -> None:
+    """Prompt following against the replay ratio (the MLP stage), calibration seeds."""
+    plt, fig, paths, axes = _panels(front)
+    for ax, p in zip(axes, paths, strict=True):
+        d = _curves(ax, front, p, "replay")
+        ax.plot([front["paper"]["replay"]], [d * front["paper"]["fastcar"] / front["paper"]["dense"]], "r*",
+                ms=12, label="paper: 80 % replay, VBench 74.1 -> 71.5 (scaled to our dense)")
         ax.axvline(7 / 8, color="grey", ls=":", lw=0.8)
         ax.set_xlim(-0.02, 0.9)
-        ax.set_ylim(0, 100)
-        ax.set_xlabel("replay ratio (7/8 = every frame after the first)")
-        ax.set_ylabel("prompt following (%)")
-        ax.set_title(f"{p} path: {dense['videos']} videos, CFG {front['cfg']:g}")
-        ax.legend(fontsize=7, loc="lower right", bbox_to_anchor=(1.0, 0.12))
-        ax.grid(alpha=0.3)
+        ax.set_xlabel("MLP replay ratio (7/8 = every frame after the first)")
+        ax.set_title(f"{p} path: the MLP stage")
+        ax.legend(fontsize=6.5, loc="lower left")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def plot_speed(front: dict, path: Path) -> None:
+    """Prompt following (all prompts, and held-out) against the whole video's speed-up on the decode
+    step as built, with the paper's 1.77x and 2.1x."""
+    plt, fig, paths, axes = _panels(front)
+    for ax, p in zip(axes, paths, strict=True):
+        _curves(ax, front, p, "step_speedup")
+        held = sorted((e["step_speedup"], e["splits"]["heldout"]["prompt_following"] * 100)
+                      for e in front["entries"] if e["phase"] == "calibration" and e["path"] == p
+                      and e["family"] in CANDIDATES and e["splits"]["heldout"]["videos"])
+        if held:
+            ax.plot(*zip(*held, strict=True), "v", ms=5, color="C1", alpha=0.6,
+                    label="candidates, held-out prompts")
+        for x, lab in ((front["paper"]["speedup"], "paper 1.77x (FastCar)"),
+                       (front["paper"]["speedup_sparse"], "paper 2.1x (with sparse attention)")):
+            ax.axvline(x, color="r", ls="--", lw=0.9)
+            ax.text(x, 3, f" {lab}", color="r", fontsize=7, rotation=90, va="bottom")
+        ax.set_xlim(0.9, max(3.1, max(e["step_speedup"] for e in front["entries"]) + 0.2))
+        ax.set_xlabel("whole video: speed-up over the best dense design (decode step as built, cycle model)")
+        ax.set_title(f"{p} path: the video")
+        ax.legend(fontsize=6.5, loc="lower left")
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
@@ -557,36 +692,39 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path, default=Path("build/frontier"), help="output directory")
     ap.add_argument("--force", action="store_true", help="overwrite an existing output directory")
     ap.add_argument("--jobs", type=int, default=None, help="parallel processes (default: one per core)")
-    ap.add_argument("--seeds", type=int, default=len(SEEDS), help="sampling seeds per prompt (default: 2)")
     ap.add_argument("--path", choices=("both", "float", "integer"), default="both",
                     help="float model, integer path (the golden model's MLP and replay decision), or both")
     ap.add_argument("--no-comparison", action="store_true",
                     help="leave out the paper's decision on the model trained dense")
     ap.add_argument("--quick", action="store_true",
-                    help="a smoke run: 24 prompts x 1 seed, float path, no held-out check")
+                    help="a smoke run: 24 prompts x 1 calibration seed, 1 test seed, float path")
     args = ap.parse_args(argv)
     from sw.model import data
 
     try:
-        if args.seeds < 1 or (args.jobs is not None and args.jobs < 1):
-            raise FrontierError("--seeds and --jobs must be at least 1")
+        if args.jobs is not None and args.jobs < 1:
+            raise FrontierError("--jobs must be at least 1")
         if args.out.exists() and not args.force and any(args.out.iterdir()):
             raise OutputExistsError(f"{args.out}: already exists and is not empty; pass --force to overwrite")
         paths = ("float", "integer") if args.path == "both" else (args.path,)
-        prompts, seeds, held = data.all_prompts(), tuple(range(args.seeds)), HELDOUT_SEEDS
+        kw = {}
         if args.quick:
-            prompts, seeds, held, paths = data.all_prompts()[::4], (0,), (), ("float",)
-        front = run(default_settings(comparison=not args.no_comparison), paths=paths, prompts=prompts,
-                    seeds=seeds, heldout_seeds=held, jobs=args.jobs)
+            kw = {"prompts": data.all_prompts()[::4], "seeds": (0,), "heldout_seeds": (),
+                  "test_seeds": TEST_SEEDS[:1]}
+            paths = ("float",)
+        settings = default_settings(comparison=not args.no_comparison,
+                                    sparse_aware=CHECKPOINTS["sparse_aware"].is_dir())
+        front = run(settings, paths=paths, jobs=args.jobs, **kw)
         with atomic_dir(args.out, force=args.force) as tmp:
             (tmp / "frontier.json").write_text(json.dumps(front, indent=1) + "\n")
             (tmp / "frontier.md").write_text(markdown(front))
             plot(front, tmp / "frontier.png")
+            plot_speed(front, tmp / "speed.png")
     except (FrontierError, OutputExistsError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     print(markdown(front))
-    print(f"wrote {args.out / 'frontier.json'}, frontier.md and frontier.png")
+    print(f"wrote {args.out / 'frontier.json'}, frontier.md, frontier.png and speed.png")
     return 0
 
 

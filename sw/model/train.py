@@ -37,6 +37,7 @@ from sw.atomic import OutputExistsError, atomic_dir
 from sw.config import SHIPPED_MODEL
 from sw.model import data
 from sw.model.decoder import Decoder, ModelConfig
+from sw.model.fastcar import SparseConfig, sparse_attention_mask
 from sw.model.tokenizer import VQTokenizer
 from sw.model.tokens import TokenLayout
 
@@ -62,11 +63,13 @@ def drop_prompts(batch: torch.Tensor, layout: TokenLayout, p: float, gen: torch.
 
 
 def loss_on_frames(model: Decoder, batch: torch.Tensor, prompt_len: int, *,
-                   replay_fraction: float | None = None, replay_tau: float | None = None) -> torch.Tensor:
+                   replay_fraction: float | None = None, replay_tau: float | None = None,
+                   attn_mask: torch.Tensor | None = None) -> torch.Tensor:
     """Next-token cross-entropy on the frame tokens only (with FastCar replaying ``replay_fraction``
     of the tokens after frame 0 in every layer, or those whose TAS clears ``replay_tau``; see
-    :meth:`sw.model.decoder.Decoder.forward`)."""
-    logits = model(batch[:, :-1], replay_fraction=replay_fraction, replay_tau=replay_tau)
+    :meth:`sw.model.decoder.Decoder.forward`), under the attention mask ``attn_mask`` (bool [T, T],
+    ``None``: causal)."""
+    logits = model(batch[:, :-1], attn_mask, replay_fraction=replay_fraction, replay_tau=replay_tau)
     targets = batch[:, 1:]
     start = prompt_len - 1
     return F.cross_entropy(logits[:, start:].reshape(-1, logits.shape[-1]), targets[:, start:].reshape(-1))
@@ -80,14 +83,16 @@ def lr_at(step: int, steps: int, lr: float, warmup: int) -> float:
 
 
 def prompt_following(model: Decoder, tok: VQTokenizer, layout: TokenLayout, prompts: list[str], *,
-                     seed: int, cfg_scale: float | None) -> tuple[float, list[np.ndarray]]:
+                     seed: int, cfg_scale: float | None, sparse: SparseConfig | None = None,
+                     ) -> tuple[float, list[np.ndarray]]:
     """Fraction of prompts whose generated 8-frame video :func:`sw.model.data.describe_clip` reads back
-    as the prompt (colour, shape and direction all right), and the decoded videos."""
+    as the prompt (colour, shape and direction all right), and the decoded videos (sparse attention
+    ``sparse`` when given)."""
     from sw.model.decoder import generate
 
     cond, uncond = layout.prompt_batch(prompts)
     frames, _ = generate(model, cond, 8, temperature=1.0, top_k=None, seed=seed, cfg_scale=cfg_scale,
-                         uncond_prompt_tokens=uncond if cfg_scale else None, progress=False)
+                         uncond_prompt_tokens=uncond if cfg_scale else None, progress=False, sparse=sparse)
     videos = [tok.decode(f.numpy()) for f in frames]
     ok = 0
     for video, prompt in zip(videos, prompts, strict=True):
@@ -131,7 +136,7 @@ def _train_summary(path: Path) -> dict | None:
 
 def train(out: Path, *, steps: int, clips: int, batch: int, lr: float, seed: int, p_uncond: float,
           threads: int, force: bool, eval_prompts: int | None = None, replay: dict | None = None,
-          init: Path | None = None) -> dict:
+          init: Path | None = None, sparse: SparseConfig | None = None) -> dict:
     out = Path(out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())) and not force:
         raise OutputExistsError(f"{out}: already exists and is not empty; pass --force to overwrite")
@@ -160,6 +165,8 @@ def train(out: Path, *, steps: int, clips: int, batch: int, lr: float, seed: int
         if base.model.config != cfg:
             raise ValueError(f"--init {init}: its model config differs from the one trained here")
         model.load_state_dict(base.model.state_dict())
+    # Sparse-aware training: every step attends through the pattern the model will decode with.
+    mask = None if sparse is None else sparse_attention_mask(seqs.shape[1] - 1, sparse)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.01)
     gen = torch.Generator().manual_seed(seed)
     replay_rng = np.random.default_rng([seed, 1])
@@ -171,7 +178,8 @@ def train(out: Path, *, steps: int, clips: int, batch: int, lr: float, seed: int
         b = drop_prompts(seqs[idx], layout, p_uncond, gen)
         for group in opt.param_groups:
             group["lr"] = lr_at(step, steps, lr, warmup=max(1, steps // 20))
-        loss = loss_on_frames(model, b, layout.prompt_len, **replay_at(step, replay_rng, replay))
+        loss = loss_on_frames(model, b, layout.prompt_len, attn_mask=mask,
+                             **replay_at(step, replay_rng, replay))
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -184,12 +192,13 @@ def train(out: Path, *, steps: int, clips: int, batch: int, lr: float, seed: int
     model.eval()
     eval_set = data.heldout_prompts()[:eval_prompts]
     with torch.no_grad():
-        acc_cfg, _ = prompt_following(model, tok, layout, eval_set, seed=seed, cfg_scale=1.5)
+        acc_cfg, _ = prompt_following(model, tok, layout, eval_set, seed=seed, cfg_scale=1.5, sparse=sparse)
 
     info = {
         "seed": seed, "steps": steps, "clips": clips, "batch": batch, "lr": lr, "p_uncond": p_uncond,
         "threads": threads, "torch": torch.__version__,
         "train_prompts": len(data.train_prompts()), "replay_aware": replay,
+        "sparse": None if sparse is None else {"sinks": sparse.sinks, "window": sparse.window},
         "init": None if init is None else {"checkpoint": str(Path(init).name), "train": _train_summary(init)},
         "seconds_data_and_tokenizer": round(t_data, 1), "seconds_train": round(t_train, 1),
         "seconds_total": round(time.monotonic() - t0, 1),
@@ -269,8 +278,19 @@ def main(argv=None) -> int:
     ap.add_argument("--replay-dense", type=float, default=0.25,
                     help="with --replay-fraction or --replay-tau: the share of replay-aware steps that stay "
                          "dense (default: %(default)s)")
+    ap.add_argument("--sparse", default="off", metavar="SINKS,WINDOW",
+                    help="sparse-aware training: every step attends to the first SINKS positions and the "
+                         "last WINDOW (the query included), as decode with that pattern does (default: off)")
     ap.add_argument("--force", action="store_true", help="overwrite an existing checkpoint directory")
     args = ap.parse_args(argv)
+    sparse = None
+    if args.sparse != "off":
+        try:
+            sinks, window = (int(v) for v in args.sparse.split(","))
+            sparse = SparseConfig(sinks=sinks, window=window)
+        except ValueError as e:
+            ap.error(f"--sparse: expected 'SINKS,WINDOW' (integers, window >= 1) or 'off', "
+                     f"not {args.sparse!r} ({e})")
     replay = None
     if args.replay_fraction != "off" and args.replay_tau != "off":
         ap.error("give --replay-fraction or --replay-tau, not both")
@@ -294,13 +314,15 @@ def main(argv=None) -> int:
     try:
         info = train(args.out, steps=args.steps, clips=args.clips, batch=args.batch, lr=args.lr,
                      seed=args.seed, p_uncond=args.p_uncond, threads=args.threads, force=args.force,
-                     eval_prompts=args.eval_prompts, replay=replay, init=args.init)
+                     eval_prompts=args.eval_prompts, replay=replay, init=args.init,
+                     sparse=sparse)
     except (FileExistsError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     pf = info["prompt_following"]
     print(f"wrote {args.out}: loss {info['final_loss']:.4f}, {info['seconds_total']:.0f} s; "
-          f"prompt following {pf['cfg_1.5']:.0%} on the held-out prompts (CFG 1.5, dense)")
+          f"prompt following {pf['cfg_1.5']:.0%} on the held-out prompts (CFG 1.5, no replay"
+          f"{'' if sparse is None else f', sparse {sparse.sinks}+{sparse.window}'})")
     return 0
 
 

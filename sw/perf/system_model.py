@@ -186,6 +186,29 @@ class ReplayStats:
         return cls(np.full((steps, m.layers), m.batch), np.zeros((steps, m.layers), bool), "dense")
 
     @classmethod
+    def from_decode(cls, replayed: np.ndarray, prompts: int = 2, source: str = "") -> list[ReplayStats]:
+        """One :class:`ReplayStats` per video of a generation run, as the decode step batches it.
+
+        ``replayed``: bool ``[L, F, N, B]`` (:class:`sw.model.fastcar.DecodeStats`, classifier-free
+        guidance: the conditional rows, then the unconditional ones). The step decodes ``prompts``
+        prompts at once, each with its two rows; consecutive prompts share a video (a last prompt
+        left alone makes a video of its own, batched as if its partner replayed alongside it).
+        """
+        rep = np.asarray(replayed, bool)
+        L, F, N, B = rep.shape
+        if B % 2:
+            raise ValueError(f"replayed has {B} rows; classifier-free guidance gives an even number")
+        n = B // 2
+        out = []
+        for a in range(0, n, prompts):
+            idx = [i for p in range(a, min(a + prompts, n)) for i in (p, p + n)]
+            r = rep[..., idx].reshape(L, F * N, len(idx)).transpose(1, 0, 2)    # [steps, L, rows]
+            pad = prompts - len(idx) // 2
+            r = np.concatenate([r, np.tile(r[..., :2], (1, 1, pad))], axis=2)
+            out.append(cls((~r).sum(2), r.all(2), source))
+        return out
+
+    @classmethod
     def from_trace(cls, path):
         from sw.trace.decode import load_decode_trace
 
@@ -277,28 +300,53 @@ def end_to_end(m: Dims, s: System, p: Placement, fastcar: ReplayStats, fastcar_s
     return rows
 
 
+def rtl_step_cycles(m: Dims, stats: ReplayStats, *, sparse: tuple[int, int] | None, coef=None) -> np.ndarray:
+    """Cycles of each image step of one video (``m.prompts`` prompts, ``m.batch`` rows) on the decode
+    step as built in RTL, by the cycle model fitted on RTL runs (:data:`sw.perf.rtl_step.CALIBRATED`):
+    ``sparse`` = ``(sinks, window)`` attends those positions only (``None``: every earlier one);
+    ``stats`` gives the rows each layer computes."""
+    from sw.perf import rtl_step
+
+    coef = np.asarray(rtl_step.CALIBRATED["coefficients"] if coef is None else coef, np.float64)
+    steps = stats.computed_rows.shape[0]
+    pos = m.prompt_len + np.arange(steps) + 1                     # attended positions, the current one too
+    kv = np.minimum(pos, sparse[0] + sparse[1]) if sparse else pos
+    x = np.stack([np.ones(steps), (np.arange(steps) < steps - 1).astype(float),  # the last draws nothing
+                  m.layers * m.batch * m.heads * kv, stats.computed_rows.sum(1),
+                  (~stats.all_replayed).sum(1),
+                  np.zeros(steps)], 1)                            # image steps: not the video's first
+    return rtl_step.predict(x, coef)
+
+
+def rtl_video_cycles(m: Dims, stats: ReplayStats, *, sparse: tuple[int, int] | None, coef=None) -> float:
+    """A whole video's cycles on the decode step as built in RTL, as ``nox -s step -- --e2e`` measures
+    it: the prompt's steps (every row computes; the first waits for its first reads, the last samples)
+    and the image steps of :func:`rtl_step_cycles`."""
+    from sw.perf import rtl_step
+
+    coef = np.asarray(rtl_step.CALIBRATED["coefficients"] if coef is None else coef, np.float64)
+    p = np.arange(m.prompt_len)
+    x = np.stack([np.ones(m.prompt_len), (p == m.prompt_len - 1).astype(float),
+                  m.layers * m.batch * m.heads * (p + 1), np.full(m.prompt_len, m.layers * m.batch),
+                  np.full(m.prompt_len, m.layers), (p == 0).astype(float)], 1)
+    return float(rtl_step.predict(x, coef).sum() + rtl_step_cycles(m, stats, sparse=sparse, coef=coef).sum())
+
+
 def rtl_as_built(m: Dims, s: System, fastcar: ReplayStats, fastcar_sa: ReplayStats | None,
                  coef=None) -> list[dict]:
     """The four modes on the decode step as built in RTL (``hw/step/decode_step.py``: the embeddings,
     the KV cache, the projections' and LM head's weights and the norms' constants over AXI4, the
-    MLP's weights resident), each image step's cycles by the cycle model fitted on RTL runs
-    (:data:`sw.perf.rtl_step.CALIBRATED`, at its SDRAM bandwidth, not :class:`System`'s); time at
-    ``s.clock_mhz`` plus the link; speed-up against its own dense mode. ``weights_mb``: the weights
-    it reads over AXI4 in a video (:func:`sw.perf.rtl_step.weight_bytes`)."""
+    MLP's weights resident), each image step's cycles by :func:`rtl_step_cycles`, at the cycle
+    model's SDRAM bandwidth, not :class:`System`'s; time at ``s.clock_mhz`` plus the link; speed-up
+    against its own dense mode. ``weights_mb``: the weights it reads over AXI4 in a video
+    (:func:`sw.perf.rtl_step.weight_bytes`)."""
     from sw.perf import rtl_step
 
-    coef = np.asarray(rtl_step.CALIBRATED["coefficients"] if coef is None else coef, np.float64)
     rows = []
     for mode, stats, sparse in zip(MODES, (ReplayStats.dense(m), fastcar, ReplayStats.dense(m),
                                            fastcar_sa or fastcar), (False, False, True, True), strict=True):
         steps = stats.computed_rows.shape[0]
-        pos = m.prompt_len + np.arange(steps) + 1                 # attended positions, the current one too
-        kv = np.minimum(pos, s.sinks + s.window) if sparse else pos
-        x = np.stack([np.ones(steps), (np.arange(steps) < steps - 1).astype(float),  # the last draws nothing
-                      m.layers * m.batch * m.heads * kv, stats.computed_rows.sum(1),
-                      (~stats.all_replayed).sum(1),
-                      np.zeros(steps)], 1)                        # image steps: not the video's first
-        cycles = rtl_step.predict(x, coef)
+        cycles = rtl_step_cycles(m, stats, sparse=(s.sinks, s.window) if sparse else None, coef=coef)
         t = cycles / (s.clock_mhz * 1e6) + m.prompts * s.token_bytes * 10 / s.link_baud
         wd = {"d_model": m.d, "layers": m.layers, "prompts": m.prompts, "codebook": m.codebook}
         weights = (rtl_step.weight_bytes(wd, s.block, sample=False)
