@@ -76,6 +76,15 @@ class OperatingPoint:
         sp = f"sparse {self.sinks}+{self.window}" if self.window else "dense attention"
         return f"{self.checkpoint}, {fc}, {sp}"
 
+    def export_flags(self) -> list[str]:
+        """The flags of ``python sw/export_trace.py`` that export a trace at this point."""
+        out = ["--checkpoint", f"sw/checkpoints/{self.checkpoint}"]
+        tau = self.tau if self.tau is not None else math.inf
+        out += ["--tau", ",".join(f"{t:g}" for t in (tau if isinstance(tau, tuple) else (tau,)))]
+        if self.window:
+            out += ["--sparse-window", str(self.window), "--sinks", str(self.sinks)]
+        return out
+
     def to_dict(self) -> dict:
         tau = self.tau
         if isinstance(tau, tuple):

@@ -85,6 +85,7 @@ def test_the_reports_step_errors(tmp_path, monkeypatch):
 
     import sw.trace.full_step
     import tb.step.calibrate
+    import tb.step.e2e
     from sw.perf import rtl_step
     from tb.step.e2e import report
 
@@ -127,4 +128,47 @@ def test_the_reports_step_errors(tmp_path, monkeypatch):
     assert np.isclose(r["max_step_bytes_error"], max(shift / by[0, :2].sum(), shift / by[1, :2].sum()))
     assert r["steps_bytes_exact"] == S - 2
     assert r["max_step_bytes_error_step"] == int(by[1, :2].sum() < by[0, :2].sum())
-    assert rep["speedup_over_dense"] == {"dense": 1.0}
+    assert rep["speedup_over_dense"] == {"dense": 1.0} and "default_speedup" not in rep
+    # The default operating point's video, committed, at a third of dense's cycles: 3x once it is whole.
+    monkeypatch.setattr(tb.step.e2e, "COMMITTED", tmp_path / "committed")
+    for a, m in chunks(S, n):
+        path = chunk_file(tmp_path / "committed", "default", a)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"mode": "default", "steps": list(range(a, a + m)),
+                                    "sdram_bytes_per_cycle": 2.8, "cycles": (cycles[a:a + m] / 3).tolist(),
+                                    "step_bytes": moved[a:a + m].tolist(), "data_width": 64, "mv": [8, 8],
+                                    "seconds": 1.0}))
+    rep, _ = report(tmp_path / "e2e", ["dense", "default"], n, 2.8)
+    assert np.isclose(rep["default_speedup"], 3.0) and rep["modes"]["default"]["whole_video"]
+    path.unlink()
+    rep, _ = report(tmp_path / "e2e", ["dense", "default"], n, 2.8)
+    assert "default_speedup" not in rep and rep["modes"]["default"]["chunks"] == "2/3"
+
+
+def test_a_chunk_of_another_trace_is_refused_and_out_comes_before_committed(tmp_path, monkeypatch):
+    from tb.step import e2e
+
+    monkeypatch.setattr(e2e, "COMMITTED", tmp_path / "committed")
+    good = {"mode": "default", "trace_sha256": "a" * 64, "steps": list(range(32, 64)),
+            "sdram_bytes_per_cycle": 2.8, "cycles": [1] * 32, "step_bytes": [[8, 0]] * 32}
+    for root, cycles in ((tmp_path / "committed", 1), (tmp_path / "out", 2)):
+        path = e2e.chunk_file(root, "default", 32)
+        path.parent.mkdir(parents=True)
+        path.write_text(json.dumps({**good, "cycles": [cycles] * 32}))
+    assert e2e.find_chunk(tmp_path / "out", "default", 32, 32, 2.8, "a" * 64)["cycles"] == [2] * 32
+    assert e2e.find_chunk(tmp_path / "none", "default", 32, 32, 2.8, "a" * 64)["cycles"] == [1] * 32
+    assert e2e.find_chunk(tmp_path / "none", "default", 0, 32, 2.8, "a" * 64) is None
+    with pytest.raises(SystemExit, match="trace_sha256 is aaaaaaaaaaaa.*another model"):
+        e2e.find_chunk(tmp_path / "none", "default", 32, 32, 2.8, "b" * 64)
+
+
+def test_spot_names_the_first_step_that_differs():
+    from tb.step.e2e import first_difference
+
+    old = {"steps": [10, 11, 12], "cycles": [5, 6, 7], "step_bytes": [[1, 2], [3, 4], [5, 6]]}
+    assert first_difference(old, json.loads(json.dumps(old))) is None
+    assert first_difference(old, {**old, "cycles": [5, 6, 8]}) == 12
+    assert first_difference(old, {**old, "step_bytes": [[1, 2], [3, 5], [5, 6]]}) == 11
+    with pytest.raises(ValueError, match="not the same chunk"):
+        first_difference(old, {**old, "steps": [11, 12, 13]})
+

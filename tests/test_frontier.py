@@ -148,3 +148,39 @@ def test_bad_options_are_refused(tmp_path, capsys):
                      seeds=(0, 1), test_seeds=(1, 2))
     with pytest.raises(frontier.FrontierError, match="missing"):
         frontier.run([frontier.Setting("dense", "dense", None, model="nope")], prompts=["red square moves up"])
+
+
+def test_the_integer_path_calibrates_only_what_holds_on_float(monkeypatch):
+    """A candidate that leaves the budget on the float path is not run on the integer path; the
+    choice is confirmed on the test seeds alone; no job of the test phase uses a calibration seed."""
+    seen = []
+
+    def fake_job(job):
+        s, seed = job["setting"], job["seed"]
+        seen.append((job["key"][0], s.name, job["key"][2], seed))
+        good = s.name != "bad" and not (s.name == "fast" and job["integer"] and seed == 100)
+        n = len(job["prompts"])
+        reads = [{"prompt": p if good else None, "colour": None, "shape": None, "direction": None,
+                  "centroids": np.full((8, 2), np.nan)} for p in job["prompts"]]
+        speed = {"dense": 1.0, "slow": 1.1, "fast": 2.5, "bad": 3.0}[s.name]
+        return {"key": job["key"], "prompts": job["prompts"], "seed": seed, "reads": reads,
+                "videos": [np.zeros((8, 64, 64, 3), np.uint8)] * n, "replayed": 1, "total": 4,
+                "cycles": 100 / speed, "dense_cycles": 100.0, "pairs": 1}
+
+    monkeypatch.setattr(frontier, "run_job", fake_job)
+    settings = [frontier.Setting("dense", "dense", None),
+                frontier.Setting("slow", "shipped", "logit", -3.0),
+                frontier.Setting("fast", "sparse_aware", "logit", -4.0, sparse=(5, 65)),
+                frontier.Setting("bad", "sparse_aware", "logit", -6.0, sparse=(5, 65))]
+    prompts = [*data.DEFAULT_PROMPTS[:2], *data.heldout_prompts()[:2]]
+    front = frontier.run(settings, prompts=prompts, seeds=(0,), heldout_seeds=(1,), test_seeds=(100,),
+                         jobs=1, progress=False)
+    integer = {name for phase, name, path, _ in seen if phase == "calibration" and path == "integer"}
+    assert integer == {"dense", "slow", "fast"}                       # "bad" failed on float
+    assert front["chosen"]["name"] == "fast" and front["chosen"]["step_speedup"]["integer"] == 2.5
+    test = [x for x in seen if x[0] == "test"]
+    assert {x[3] for x in test} == {100} and {x[1] for x in test} == {"dense", "fast"}
+    assert front["confirmation"] == {"name": "fast", "holds": False,             # planted: fails on test
+                                     "step_speedup": {"float": 2.5, "integer": 2.5},
+                                     "replay": {"float": 0.25, "integer": 0.25}}
+    assert "confirmed on the test seeds: NO" in frontier.markdown(front)

@@ -218,7 +218,8 @@ def main(argv=None) -> int:
 
             taus = [float(v) for v in args.tau.split(",")]
             info = export_full_step(args.out or Path("build/traces/full_step"), checkpoint=args.checkpoint,
-                                    prompts=args.prompt, frames=args.frames, tau=taus[0], sinks=args.sinks,
+                                    prompts=args.prompt, frames=args.frames,
+                                    tau=taus[0] if len(taus) == 1 else taus, sinks=args.sinks,
                                     window=args.sparse_window, cfg_scale=args.cfg or None, seed=args.seed,
                                     force=args.force)
             print(f"wrote {info['out']}: {info['steps']} steps x {info['batch']} rows of the whole decode "

@@ -140,7 +140,8 @@ def _run(config, consts, thresholds, prompt_rows, frames, *, seed, cfg_scale, fa
 def export_full_step(out, *, checkpoint=None, prompts=None, frames: int = 8, tau=None, sinks=None,
                      window=None, cfg_scale: float | None = 1.5, seed: int = 0, force: bool = False) -> dict:
     """Calibrate the whole step, generate with it and write the trace (atomically). ``tau``: the
-    FastCar threshold (``None``: the default operating point, ``sw.model.fastcar.DEFAULT_TAU``)."""
+    FastCar threshold, one for every layer or a list of one per layer (``None``: the default
+    operating point's, ``sw.model.fastcar.DEFAULT_TAU``)."""
     from sw.model.fastcar import DEFAULT_TAU
 
     tau = DEFAULT_TAU if tau is None else tau
@@ -164,9 +165,10 @@ def export_full_step(out, *, checkpoint=None, prompts=None, frames: int = 8, tau
     ip, _ = integer_constants(ckpt)
     cal_c, cal_u = lay.prompt_batch(calibration_prompts())
     consts = calibrate_step(ckpt.model, ip, cal_c, min(frames, 8), uncond=cal_u, cfg_scale=cfg_scale or 1.5)
-    fastcar = FastCarConfig(tau=tau) if tau is not None else None
+    fastcar = FastCarConfig(tau=list(tau) if isinstance(tau, (list, tuple)) else tau) if tau is not None else None
     sparse = SparseConfig(sinks=sinks or 0, window=window) if window is not None else None
-    th = [ip.threshold(li, float(tau), strict=False) if tau is not None else 2**31
+    taus = fastcar.layer_taus(mc.n_layers) if fastcar is not None else None
+    th = [ip.threshold(li, float(taus[li]), strict=False) if tau is not None else 2**31
           for li in range(mc.n_layers)]
     cond, uncond = lay.prompt_batch(prompts)
     rows = np.concatenate([cond.numpy(), uncond.numpy()]) if cfg_scale else cond.numpy()

@@ -1,6 +1,15 @@
 """``nox -s step -- --e2e [--e2e-mode MODE] [--chunk 32] [--jobs 2] [--hours H]``: a whole video's
-RTL cycles and SDRAM bytes in each mode (dense, sparse attention, FastCar, both), measured in chunks
-of steps that run side by side and can be spread over several sittings.
+RTL cycles and SDRAM bytes in each mode (dense, sparse attention, FastCar, both, and the default
+operating point, ``default``), measured in chunks of steps that run side by side and can be spread
+over several sittings.
+
+Measured chunks are committed under ``golden/e2e/<mode>/`` (``--save`` copies a mode's whole video
+there), so that ``--report-only`` rebuilds the table on a fresh clone; a chunk in ``--out`` is used
+before a committed one. Each chunk names the SHA-256 of the trace's ``manifest.json`` it ran on, and
+a chunk of another trace (another model or operating point) is refused by name. ``--spot N``
+measures N committed chunks again, picked at random (``--spot-seed``), and compares them cycle for
+cycle and byte for byte; it exits 1 on any difference. ``report.json``'s ``default_speedup`` is the
+default operating point's whole video against dense's, the best dense design.
 
 Every chunk's result is kept under ``build/step/e2e/<mode>/`` (one JSON file per chunk, written whole
 or not at all); a rerun measures only the chunks still missing, and ``--hours`` stops starting new
@@ -28,7 +37,16 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-CHUNKED_MODES = ("dense", "sparse", "fastcar", "fastcar+sparse")
+CHUNKED_MODES = ("dense", "sparse", "fastcar", "fastcar+sparse", "default")
+#: Measured chunks kept with the repository: ``COMMITTED / mode / NNNN.json``.
+COMMITTED = REPO / "golden" / "e2e"
+
+
+def trace_sha(trace: Path) -> str:
+    """SHA-256 of a full-step trace's ``manifest.json`` (it holds every tensor's own SHA-256)."""
+    import hashlib
+
+    return hashlib.sha256((Path(trace) / "manifest.json").read_bytes()).hexdigest()
 
 
 def chunks(S: int, n: int) -> list[tuple[int, int]]:
@@ -92,7 +110,8 @@ def _measure(todo, variant: str, sdram: float, out: Path, deadline: float) -> li
                             FASTCAR_STEPS=spec, FASTCAR_SDRAM=str(sdram), FASTCAR_OUT=str(raw),
                             FASTCAR_PRELOAD=str(int(mode.startswith("fastcar") and a > 0)))
             rtl = json.loads(raw.read_text())
-        keep = {"mode": mode, "steps": rtl["steps"][i:j], "cycles": rtl["cycles"][i:j],
+        keep = {"mode": mode, "trace_sha256": trace_sha(trace_dir(mode)),
+                "steps": rtl["steps"][i:j], "cycles": rtl["cycles"][i:j],
                 "step_bytes": rtl["step_bytes"][i:j], "run": spec, "sdram_bytes_per_cycle": sdram,
                 "data_width": rtl["data_width"], "mv": rtl["mv"],
                 "seconds": round(time.monotonic() - t0, 1)}
@@ -107,9 +126,10 @@ def _measure(todo, variant: str, sdram: float, out: Path, deadline: float) -> li
     return done
 
 
-def load_chunk(path: Path, mode: str, a: int, n: int, sdram: float) -> dict | None:
+def load_chunk(path: Path, mode: str, a: int, n: int, sdram: float, sha: str | None = None) -> dict | None:
     """A chunk file's result, or ``None`` when it is missing; one naming the file and field when it
-    does not belong to this measurement."""
+    does not belong to this measurement (``sha``: the trace's :func:`trace_sha`, checked when the
+    chunk names one)."""
     if not path.exists():
         return None
     try:
@@ -123,7 +143,19 @@ def load_chunk(path: Path, mode: str, a: int, n: int, sdram: float) -> dict | No
     for field in ("cycles", "step_bytes"):
         if len(c.get(field, [])) != n:
             raise SystemExit(f"{path}: {field} has {len(c.get(field, []))} steps, expected {n}")
+    if sha is not None and c.get("trace_sha256", sha) != sha:
+        raise SystemExit(f"{path}: trace_sha256 is {c['trace_sha256'][:12]}..., but the {mode} trace is "
+                         f"{sha[:12]}... (another model or operating point): measure the chunk again")
     return c
+
+
+def find_chunk(out: Path, mode: str, a: int, n: int, sdram: float, sha: str | None = None) -> dict | None:
+    """The chunk from ``out``, else the committed one (:data:`COMMITTED`), else ``None``."""
+    for root in (out, COMMITTED):
+        c = load_chunk(chunk_file(root, mode, a), mode, a, n, sdram, sha)
+        if c is not None:
+            return c
+    return None
 
 
 def report(out: Path, modes, n: int, sdram: float) -> dict:
@@ -138,11 +170,13 @@ def report(out: Path, modes, n: int, sdram: float) -> dict:
     series = {}
     coef = rtl_step.CALIBRATED["coefficients"]
     for mode in modes:
-        if not (out / mode).is_dir() or not (trace_dir(mode) / "manifest.json").exists():
+        if not ((out / mode).is_dir() or (COMMITTED / mode).is_dir()) or \
+                not (trace_dir(mode) / "manifest.json").exists():
             continue                                    # nothing measured in this mode yet
         tr = load_full_step(trace_dir(mode), verify=False)
         S = tr.manifest["dims"]["steps"]
-        parts = [load_chunk(chunk_file(out, mode, a), mode, a, m, sdram) for a, m in chunks(S, n)]
+        sha = trace_sha(trace_dir(mode))
+        parts = [find_chunk(out, mode, a, m, sdram, sha) for a, m in chunks(S, n)]
         have = [c for c in parts if c]
         steps = [s for c in have for s in c["steps"]]
         cycles = np.asarray([x for c in have for x in c["cycles"]], np.float64)
@@ -180,6 +214,9 @@ def report(out: Path, modes, n: int, sdram: float) -> dict:
     if m.get("dense", {}).get("whole_video"):
         rep["speedup_over_dense"] = {k: m["dense"]["rtl_cycles"] / r["rtl_cycles"]
                                      for k, r in m.items() if r["whole_video"]}
+        # Dense on the step as built is the best dense design (python -m sw.perf.system_model).
+        if m.get("default", {}).get("whole_video"):
+            rep["default_speedup"] = rep["speedup_over_dense"]["default"]
     return rep, series
 
 
@@ -230,6 +267,76 @@ def plot(series: dict, path: Path) -> None:
     plt.close(fig)
 
 
+def save(out: Path, rep: dict, n: int, sdram: float) -> None:
+    """Copy each whole video's chunks from ``out`` to :data:`COMMITTED` (a chunk already committed
+    with other cycles is refused: measure it with ``--spot`` to see which is right)."""
+    import shutil
+
+    for mode, row in rep["modes"].items():
+        if not row["whole_video"]:
+            continue
+        for path in sorted((out / mode).glob("*.json")):
+            dst = COMMITTED / mode / path.name
+            if dst.exists() and \
+                    json.loads(dst.read_text())["cycles"] != json.loads(path.read_text())["cycles"]:
+                raise SystemExit(f"{dst}: committed with other cycles than {path}")
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(path, dst)
+        print(f"saved {mode}'s chunks to {COMMITTED / mode}", file=sys.stderr)
+
+
+def first_difference(old: dict, new: dict) -> int | None:
+    """The first step whose cycles or bytes differ between two measurements of a chunk, or ``None``."""
+    if old["steps"] != new["steps"]:
+        raise ValueError(f"steps {old['steps'][0]}.. against {new['steps'][0]}..: not the same chunk")
+    pairs = zip(old["steps"], old["cycles"], new["cycles"], old["step_bytes"], new["step_bytes"], strict=True)
+    return next((s for s, x, y, bx, by in pairs if x != y or bx != by), None)
+
+
+def spot(args, modes, out: Path) -> int:
+    """``--spot N``: measure N committed chunks again (random, ``--spot-seed``) in a scratch
+    directory and compare each step's cycles and bytes with the committed ones."""
+    import random
+    import tempfile
+
+    from sw.trace.full_step import load_full_step
+    from tb.step.calibrate import trace_dir
+
+    pool = []
+    for mode in modes:
+        if not (COMMITTED / mode).is_dir():
+            continue
+        S = load_full_step(trace_dir(mode), verify=False).manifest["dims"]["steps"]
+        sha = trace_sha(trace_dir(mode))
+        pool += [(mode, S, a, n) for a, n in chunks(S, args.chunk)
+                 if load_chunk(chunk_file(COMMITTED, mode, a), mode, a, n, args.sdram, sha) is not None]
+    if len(pool) < args.spot:
+        raise SystemExit(f"--spot {args.spot}: only {len(pool)} committed chunks in {COMMITTED}")
+    seed = args.spot_seed if args.spot_seed is not None else random.SystemRandom().randrange(2 ** 32)
+    picked = random.Random(seed).sample(pool, args.spot)
+    print(f"--spot {args.spot} (--spot-seed {seed}): " + ", ".join(f"{m} steps {a}-{a + n - 1}"
+                                                                   for m, _, a, n in picked), file=sys.stderr)
+    bad = 0
+    with tempfile.TemporaryDirectory(dir=out.parent if out.parent.is_dir() else None) as tmp:
+        with multiprocessing.Manager() as manager:
+            q = manager.Queue()
+            for c in picked:
+                q.put(c)
+            jobs = min(args.jobs, len(picked))
+            tags = [f"{args.build_tag}{k or ''}" for k in range(jobs)]
+            with ProcessPoolExecutor(jobs) as pool_:
+                list(pool_.map(_measure, [q] * jobs, tags, [args.sdram] * jobs, [Path(tmp)] * jobs,
+                               [float("inf")] * jobs))
+        for mode, _, a, n in picked:
+            old = json.loads(chunk_file(COMMITTED, mode, a).read_text())
+            new = json.loads(chunk_file(Path(tmp), mode, a).read_text())
+            first = first_difference(old, new)
+            bad += first is not None
+            print(f"{mode} steps {a}-{a + n - 1}: committed {sum(old['cycles']):,} cycles, measured "
+                  f"{sum(new['cycles']):,}: " + ("identical" if first is None else f"DIFFERENT from step {first}"))
+    return 1 if bad else 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m tb.step.e2e", description=__doc__.split("\n\n")[0])
     ap.add_argument("--e2e-mode", dest="modes", action="append", choices=CHUNKED_MODES,
@@ -243,6 +350,11 @@ def main(argv=None) -> int:
     ap.add_argument("--build-tag", default="cal",
                     help="the jobs' build directories: TAG, TAG1, ... (default cal: the calibration's)")
     ap.add_argument("--report-only", action="store_true", help="measure nothing; report the chunks there")
+    ap.add_argument("--save", action="store_true",
+                    help=f"copy each whole video's chunks to {COMMITTED.relative_to(REPO)} (to commit them)")
+    ap.add_argument("--spot", type=int, default=0, metavar="N",
+                    help="measure N committed chunks again, at random, and compare them cycle for cycle")
+    ap.add_argument("--spot-seed", type=int, default=None, help="the --spot draw's seed (default: random)")
     ap.add_argument("--out", type=Path, default=REPO / "build" / "step" / "e2e")
     args = ap.parse_args(argv)
     modes = args.modes or list(CHUNKED_MODES)
@@ -266,8 +378,11 @@ def main(argv=None) -> int:
                 export_main(["--full-step", "--out", str(trace_dir(mode)), "--force", *STEP_MODES[mode]]):
             raise SystemExit(f"the {mode} trace export failed")
         S = load_full_step(trace_dir(mode), verify=False).manifest["dims"]["steps"]
+        sha = trace_sha(trace_dir(mode))
         todo += [(mode, S, a, n) for a, n in chunks(S, args.chunk)
-                 if lo <= a < hi and load_chunk(chunk_file(out, mode, a), mode, a, n, args.sdram) is None]
+                 if lo <= a < hi and find_chunk(out, mode, a, n, args.sdram, sha) is None]
+    if args.spot:
+        return spot(args, modes, out)
     if todo and not args.report_only:
         print(f"{len(todo)} chunks to measure", file=sys.stderr)
         deadline = time.time() + (args.hours * 3600 if args.hours else float("inf"))
@@ -280,6 +395,8 @@ def main(argv=None) -> int:
                 list(pool.map(_measure, [q] * args.jobs, tags, [args.sdram] * args.jobs, [out] * args.jobs,
                               [deadline] * args.jobs))
     rep, series = report(out, CHUNKED_MODES, args.chunk, args.sdram)
+    if args.save:
+        save(out, rep, args.chunk, args.sdram)
     out.mkdir(parents=True, exist_ok=True)
     with atomic_file(out / "report.json") as f:
         Path(f).write_text(json.dumps(rep, indent=1) + "\n")
