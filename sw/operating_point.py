@@ -97,5 +97,9 @@ class OperatingPoint:
 #: The best dense design's decoding: the shipped model, every MLP computed, dense attention.
 DENSE = OperatingPoint("default", None)
 
-#: The default operating point (see the module docstring for how it is chosen).
-DEFAULT = OperatingPoint("default", -4.0)
+#: The default operating point (see the module docstring for how it is chosen): the model trained
+#: with sparse attention's mask, decoding with it (5 sinks, the whole prompt, and a 65-token window),
+#: every MLP computed. On the decode step as built, FastCar's replay would add 1.8 % to the video's
+#: speed-up (2.31x against 2.27x) and no FastCar setting on this model kept the budget on the
+#: calibration seeds (``docs/fastcar.md``).
+DEFAULT = OperatingPoint("sparse_aware", None, 5, 65)

@@ -6,9 +6,11 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 
-#: What may stay at the top of ``sw/`` and ``hw/``: what every sub-package shares, and the command path
+#: What may stay at the top of ``sw/`` and ``hw/``: what every sub-package shares (the configuration, the
+#: default operating point that generate, the frontier and the testbenches all read), and the command path
 #: the docs keep (``python sw/export_trace.py``).
-TOP_MODULES = {"sw": {"__init__", "config", "atomic", "jsonio", "budget", "export_trace"}, "hw": {"__init__"}}
+TOP_MODULES = {"sw": {"__init__", "config", "operating_point", "atomic", "jsonio", "budget", "export_trace"},
+               "hw": {"__init__"}}
 
 
 def modules(root: Path = REPO) -> dict[str, Path]:

@@ -612,7 +612,7 @@ def _panels(front: dict):
     import matplotlib.pyplot as plt
 
     paths = sorted({e["path"] for e in front["entries"]}, key=["float", "integer"].index)
-    fig, axes = plt.subplots(1, len(paths), figsize=(6.4 * len(paths), 4.6), dpi=100, squeeze=False)
+    fig, axes = plt.subplots(1, len(paths), figsize=(6.6 * len(paths), 6.6), dpi=100, squeeze=False)
     return plt, fig, paths, axes[0]
 
 
@@ -646,10 +646,10 @@ def _curves(ax, front, path, x_key: str, split: str = "all"):
         ax.errorbar(xs, ys, yerr=err, fmt="o" + ("--" if fam == "oracle" else "-"), ms=4, lw=1.2, capsize=2,
                     color=COLOURS[fam], label=label)
     test = [e for e in front["entries"] if e["phase"] == "test" and e["path"] == path and e["name"] != "dense"]
-    for e in test:
-        ax.plot([e[x_key]], [e["splits"][split]["prompt_following"] * 100], "D", ms=10, mfc="none", mec="C1",
-                mew=2, label=f"{e['name']}, test seeds (dense there "
-                             f"{e['splits'][split]['dense'] * 100:.1f} %)")
+    for k, e in enumerate(test):
+        ax.plot([e[x_key]], [e["splits"][split]["prompt_following"] * 100], "D", ms=11, mfc="none",
+                mec=("C1", "C4", "C5")[k % 3], mew=2, label=f"{e['name']}, test seeds (dense there "
+                                                           f"{e['splits'][split]['dense'] * 100:.1f} %)")
     ax.set_ylim(0, 100)
     ax.set_ylabel(f"prompt following, {'all prompts' if split == 'all' else 'held-out prompts'} (%)")
     ax.grid(alpha=0.3)
@@ -666,8 +666,8 @@ def plot(front: dict, path: Path) -> None:
         ax.axvline(7 / 8, color="grey", ls=":", lw=0.8)
         ax.set_xlim(-0.02, 0.9)
         ax.set_xlabel("MLP replay ratio (7/8 = every frame after the first)")
-        ax.set_title(f"{p} path: the MLP stage")
-        ax.legend(fontsize=6.5, loc="lower left")
+        ax.set_title(f"{p} path: the MLP stage (calibration seeds; diamonds: test seeds)")
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(0, -0.13), ncol=2)
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
@@ -688,11 +688,12 @@ def plot_speed(front: dict, path: Path) -> None:
         for x, lab in ((front["paper"]["speedup"], "paper 1.77x (FastCar)"),
                        (front["paper"]["speedup_sparse"], "paper 2.1x (with sparse attention)")):
             ax.axvline(x, color="r", ls="--", lw=0.9)
-            ax.text(x, 3, f" {lab}", color="r", fontsize=7, rotation=90, va="bottom")
+            ax.text(x, 50, f" {lab}", color="r", fontsize=7, rotation=90, va="bottom")
         ax.set_xlim(0.9, max(3.1, max(e["step_speedup"] for e in front["entries"]) + 0.2))
-        ax.set_xlabel("whole video: speed-up over the best dense design (decode step as built, cycle model)")
-        ax.set_title(f"{p} path: the video")
-        ax.legend(fontsize=6.5, loc="lower left")
+        ax.set_xlabel("the whole video's speed-up over the best dense design\n"
+                      "(the decode step as built in RTL, its cycle model)")
+        ax.set_title(f"{p} path: the video (calibration seeds; diamonds: test seeds)")
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(0, -0.17), ncol=2)
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
