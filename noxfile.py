@@ -119,19 +119,21 @@ STEP_MODES = runpy.run_path(str(Path(__file__).parent / "tb" / "step" / "modes.p
 
 @nox.session(python=PYTHON)
 def step(session):
-    """The whole decode step's blocks in RTL (tb/step) against the shipped model's full-step trace:
-    exports it to build/traces/full_step (``python sw/export_trace.py --full-step``, about 20 s),
-    verifies it against the golden model, and runs the block testbenches on Verilator.
-    ``nox -s step [-- --mode fastcar|dense|sparse|fastcar+sparse|all] [-- pytest options]``: the trace's
-    mode (default fastcar, dense attention; ``all``: the four one after another, each its own
-    trace, build/traces/full_step_<mode> but fastcar's). ``nox -s step -- --video [--prompt P]
-    [--mode M]``: the whole 8-frame generation in RTL simulation, the RTL's tokens fed back on chip
-    (tb/step/video.py; default mode fastcar+sparse; ``--sdram 2.8``: the memory at the system model's
-    bandwidth), into build/step/video. ``nox -s step -- --calibrate [--reuse] [--video DIR]``: RTL
-    cycles and SDRAM bytes of the four modes against the system model (tb/step/calibrate.py, about
-    50 minutes on 2 cores), into build/step/calibration. ``nox -s step -- --e2e [--hours H]``: the
-    whole video's cycles and bytes in each mode (``--e2e-mode M`` for one), measured in chunks of
-    steps that can be spread over several sittings (tb/step/e2e.py), into build/step/e2e."""
+    """The whole decode step's blocks in RTL (tb/step) against a full-step trace: exports it
+    (``python sw/export_trace.py --full-step``, about 20 s), verifies it against the golden model, and
+    runs the block testbenches on Verilator. ``nox -s step [-- --mode M] [-- pytest options]``: the
+    trace's mode (tb/step/modes.py): ``default``, the default operating point (sw/operating_point.py),
+    unless given ``fastcar``, ``dense``, ``sparse`` or ``fastcar+sparse`` (the shipped model), or
+    ``all``: each its own trace, build/traces/full_step_<mode> (fastcar's build/traces/full_step).
+    ``nox -s step -- --video [--prompt P] [--mode M]``: the whole 8-frame generation in RTL
+    simulation, the RTL's tokens fed back on chip (tb/step/video.py; default mode ``default``;
+    ``--sdram 2.8``: the memory at the system model's bandwidth), into build/step/video.
+    ``nox -s step -- --calibrate [--reuse] [--video DIR]``: RTL cycles and SDRAM bytes of the modes
+    against the system model (tb/step/calibrate.py, about 50 minutes on 2 cores), into
+    build/step/calibration. ``nox -s step -- --e2e [--hours H]``: the whole video's cycles and bytes in
+    each mode (``--e2e-mode M`` for one), measured in chunks of steps that can be spread over several
+    sittings (tb/step/e2e.py), into build/step/e2e; ``--report-only`` rebuilds the report from the
+    chunks committed in golden/e2e."""
     install(session, "ml,hw,sim")
     link_verilator(session)
     import argparse
@@ -139,7 +141,7 @@ def step(session):
     ap = argparse.ArgumentParser(prog="nox -s step --")
     ap.add_argument("--mode", choices=[*STEP_MODES, "all"], default=None)
     ap.add_argument("--video", action="store_true",
-                    help="generate a whole video in RTL simulation (default mode fastcar+sparse)")
+                    help="generate a whole video in RTL simulation (default mode: default)")
     ap.add_argument("--prompt", action="append", default=[], help="with --video: a prompt (repeatable)")
     ap.add_argument("--calibrate", action="store_true",
                     help="RTL cycles and SDRAM bytes of the four modes against the system model")
@@ -153,14 +155,14 @@ def step(session):
         session.run("python", "-m", "tb.step.calibrate", "--force", *rest)
         return
     if args.video:
-        mode = args.mode or "fastcar+sparse"
+        mode = args.mode or "default"
         if mode == "all":
             session.error("--video takes one mode")
         prompts = [x for p in args.prompt for x in ("--prompt", p)]
         session.run("python", "-m", "tb.step.video", "--force", *prompts,
                     f"--export-flags={' '.join(STEP_MODES[mode])}", *rest)
         return
-    args.mode = args.mode or "fastcar"
+    args.mode = args.mode or "default"
     for mode in (STEP_MODES if args.mode == "all" else [args.mode]):
         trace = "build/traces/full_step" + ("" if mode == "fastcar" else "_" + mode.replace("+", "_"))
         session.log(f"mode {mode}: {trace}")

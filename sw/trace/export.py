@@ -16,11 +16,20 @@ Usage::
     python sw/export_trace.py --prompt "red square moves up" --tau -2 --frames 8 --out DIR --force
     python sw/export_trace.py --corners --out golden/corners --force   # the corner-case trace
     python sw/export_trace.py --corners --small --out golden/corners-small --force   # ... on SMALL_ACCEL
+    python sw/export_trace.py --full-step                       # the whole step at the default point
+    python sw/export_trace.py --full-step --point dense         # ... at the best dense design's
+
+The decode trace is the MLP engine's: by default the shipped model at FastCar's engine threshold
+(``sw.model.fastcar.DEFAULT_TAU``), where replay has work to skip. The full-step trace is the whole
+decode step's: by default at the default operating point (:data:`sw.operating_point.DEFAULT`: its
+checkpoint, threshold and sparse attention). ``--point default|dense`` starts either trace from that
+operating point; ``--checkpoint``, ``--tau``, ``--sinks`` and ``--sparse-window`` override its parts.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from pathlib import Path
 
@@ -170,6 +179,32 @@ def export_decode_trace(out, *, checkpoint=None, prompts=None, frames: int = 8, 
             "integer_constants": constants["file"] or f"calibrated ({constants['calibrated_at_export']})"}
 
 
+def apply_point(args) -> list[float]:
+    """Fill the model flags that ``args`` leaves out from its operating point (``--point``; with
+    ``--full-step`` the default point, else the MLP engine's trace: the shipped model at
+    ``DEFAULT_TAU``). Returns the thresholds, one or one per layer."""
+    taus = None
+    if args.tau is not None:
+        try:
+            taus = [float(v) for v in args.tau.split(",")]
+        except ValueError:
+            raise TraceError(f"--tau: not a number or comma-separated numbers: {args.tau!r}") from None
+    point = args.point or ("default" if args.full_step else None)
+    if point is None:
+        return taus or [DEFAULT_TAU]
+    from sw import operating_point
+
+    op = operating_point.DEFAULT if point == "default" else operating_point.DENSE
+    if args.checkpoint is None:
+        args.checkpoint = op.checkpoint_path
+    if taus is None:
+        tau = math.inf if op.tau is None else op.tau
+        taus = list(tau) if isinstance(tau, tuple) else [tau]
+    if args.sparse_window is None and args.sinks is None and op.window:
+        args.sparse_window, args.sinks = op.window, op.sinks
+    return taus
+
+
 def main(argv=None) -> int:
     from sw.model.checkpoint import CheckpointError
 
@@ -179,8 +214,13 @@ def main(argv=None) -> int:
                     help="trace directory (default: build/traces/fastcar, full_step or corners)")
     ap.add_argument("--prompt", action="append", help="prompt (repeatable; default: two default prompts)")
     ap.add_argument("--frames", type=int, default=8, help="frames to generate (default: %(default)s)")
-    ap.add_argument("--tau", type=str, default=str(DEFAULT_TAU),
-                    help="threshold: one value, or comma-separated per layer (default: %(default)s)")
+    ap.add_argument("--point", choices=("default", "dense"), default=None,
+                    help="start from an operating point (sw/operating_point.py): its checkpoint, threshold "
+                         "and sparse attention (default: with --full-step the default point; the decode "
+                         f"trace: the shipped model at tau {DEFAULT_TAU:g})")
+    ap.add_argument("--tau", type=str, default=None,
+                    help="threshold: one value, or comma-separated per layer, inf: no replay "
+                         f"(default: the point's; the decode trace {DEFAULT_TAU:g})")
     ap.add_argument("--strict", action="store_true", help="replay when score > tau (default: >=)")
     ap.add_argument("--refresh-every", type=int, default=None, help="drift guard: compute every K-th frame")
     ap.add_argument("--max-chain", type=int, default=None, help="drift guard: longest replay chain")
@@ -213,10 +253,10 @@ def main(argv=None) -> int:
     ap.add_argument("--force", action="store_true", help="overwrite an existing trace directory")
     args = ap.parse_args(argv)
     try:
+        taus = apply_point(args)
         if args.full_step:
             from sw.trace.full_step import export_full_step
 
-            taus = [float(v) for v in args.tau.split(",")]
             info = export_full_step(args.out or Path("build/traces/full_step"), checkpoint=args.checkpoint,
                                     prompts=args.prompt, frames=args.frames,
                                     tau=taus[0] if len(taus) == 1 else taus, sinks=args.sinks,
@@ -244,10 +284,6 @@ def main(argv=None) -> int:
         torch.set_num_threads(args.threads)
         if args.recalibrate and args.int8 is not None:
             raise TraceError("--recalibrate and --int8: give one of them")
-        try:
-            taus = [float(v) for v in args.tau.split(",")]
-        except ValueError:
-            raise TraceError(f"--tau: not a number or comma-separated numbers: {args.tau!r}") from None
         for flag, value, least in (("--sparse-window", args.sparse_window, 1), ("--sinks", args.sinks, 0),
                                    ("--refresh-every", args.refresh_every, 1),
                                    ("--max-chain", args.max_chain, 0)):
