@@ -112,6 +112,8 @@ def test_run_writes_the_documented_contract(tmp_path, monkeypatch):
     assert dense["replay"] == 0.0 and dense["step_speedup"] == pytest.approx(1.0)
     assert 0 < fc["replay"] <= 7 / 8 and fc["ideal_mlp_speedup"] == pytest.approx(1 / (1 - fc["replay"]))
     assert 2.0 < fc["step_speedup"] < 3.0                                      # sparse 5+65 on the step
+    assert dense["board"]["speedup"] == pytest.approx(1.0)                     # its board: the best dense
+    assert "KV cache" in fc["board"]["placement"] and fc["board"]["speedup"] > 2.0   # sparse KV on chip
     for e in front["entries"]:
         a = e["splits"]["all"]
         assert 0.0 <= a["prompt_following"] <= 1.0 and a["videos"] == 4

@@ -73,3 +73,24 @@ def test_command_writes_report_and_plot(tmp_path):
                          timeout=300)
     assert bad.returncode == 1 and len(bad.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "t").exists()
+
+
+def test_board_times_give_each_setting_its_own_board_design():
+    """The frontier's "best board design" column: every placement that fits, and the one a setting
+    needs is not the dense design's (replay pays only where the MLP's weights stream)."""
+    m = sm.Dims(frames=2)
+    steps = m.frames * m.tokens_per_frame
+    dense = sm.ReplayStats.dense(m)
+    all_rep = sm.ReplayStats(np.zeros((steps, m.layers), int), np.ones((steps, m.layers), bool))
+    fits = {c["placement"].name for c in sm.placements(m, sm.System()) if c["fits"]}
+    d = sm.board_times(m, [dense], sparse=None)
+    assert set(d) == fits
+    best_dense = min(d, key=d.get)
+    assert best_dense == sm.AS_BUILT.name                     # the MLP resident: the best dense design
+    r = sm.board_times(m, [all_rep, all_rep], sparse=(5, 65))
+    best = min(r, key=r.get)
+    assert "MLP weights" not in best                          # everything replays: stream the MLP
+    assert r[best] < 2 * d[best_dense]
+    # two videos take twice one's time in every placement
+    one = sm.board_times(m, [all_rep], sparse=(5, 65))
+    assert all(r[k] == pytest.approx(2 * one[k]) for k in r)

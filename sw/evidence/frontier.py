@@ -258,9 +258,12 @@ def run_job(job: dict) -> dict:
                  for r in sm.ReplayStats.from_decode(stats.replayed.numpy(), m.prompts))
     pairs = -(-len(job["prompts"]) // m.prompts)
     dense = pairs * sm.rtl_video_cycles(m, sm.ReplayStats.dense(m), sparse=None)
+    board = sm.board_times(m, sm.ReplayStats.from_decode(stats.replayed.numpy(), m.prompts),
+                           sparse=setting.sparse)
+    board_dense = pairs * min(sm.board_times(m, [sm.ReplayStats.dense(m)], sparse=None).values())
     return {"key": job["key"], "prompts": list(job["prompts"]), "seed": job["seed"], "videos": videos,
             "reads": reads, "replayed": replayed, "total": total, "cycles": float(cycles),
-            "dense_cycles": float(dense), "pairs": pairs}
+            "dense_cycles": float(dense), "pairs": pairs, "board_s": board, "board_dense_s": board_dense}
 
 
 # --------------------------------------------------------------------------------------------------
@@ -387,6 +390,12 @@ def summarise(results: list[dict], dense: list[dict] | None) -> dict:
          "splits": out, "parts": parts,
          "motion_median_px": float(np.median(motion)) if motion else 0.0,
          "frozen": int(sum(m < FROZEN_PX for m in motion))}
+    if all("board_s" in r for r in results):
+        # The board design this setting would be built on (the system model's placements that fit the
+        # chip, not built): its fastest, against the best dense design on the same board.
+        times = {k: sum(r["board_s"][k] for r in results) for k in results[0]["board_s"]}
+        best = min(times, key=times.get)
+        e["board"] = {"placement": best, "speedup": sum(r["board_dense_s"] for r in results) / times[best]}
     if psnrs:
         e["sprite_psnr_db"] = float(np.mean(psnrs))
         e["sprite_ssim"] = float(np.mean(ssims))
@@ -577,14 +586,16 @@ def markdown(front: dict) -> str:
         lines += [f"## {phase} seeds: {seeds['all_prompts']}"
                   + (f" (held-out prompts also {seeds['heldout_prompts']})" if seeds.get("heldout_prompts") else ""),
                   "",
-                  "| path | setting | replay | whole-step speed-up | prompt following, all | vs dense, paired "
-                  "[95 %] | held-out | vs dense, paired [95 %] | frozen | sprite PSNR |",
-                  "|---|---|---|---|---|---|---|---|---|---|"]
+                  "| path | setting | replay | whole-step speed-up | on its best board design (not built) "
+                  "| prompt following, all | vs dense, paired [95 %] | held-out | vs dense, paired [95 %] "
+                  "| frozen | sprite PSNR |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|"]
         for e in rows:
             a, h = e["splits"]["all"], e["splits"]["heldout"]
             star = " **(chosen)**" if front["chosen"] and e["name"] == front["chosen"]["name"] else ""
             q = f"{e['sprite_psnr_db']:.1f} dB" if "sprite_psnr_db" in e else "-"
-            lines.append(f"| {e['path']} | {e['name']}{star} | {e['replay']:.3f} | {e['step_speedup']:.2f}x | "
+            b = f"{e['board']['speedup']:.2f}x ({e['board']['placement']})" if "board" in e else "-"
+            lines.append(f"| {e['path']} | {e['name']}{star} | {e['replay']:.3f} | {e['step_speedup']:.2f}x | {b} | "
                          f"{_pct(a['prompt_following'])} ({a['videos']}) | {_diff(a)} | "
                          f"{_pct(h['prompt_following'])} ({h['videos']}) | {_diff(h)} | "
                          f"{e['frozen']}/{a['videos']} | {q} |")

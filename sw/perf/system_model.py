@@ -300,6 +300,25 @@ def end_to_end(m: Dims, s: System, p: Placement, fastcar: ReplayStats, fastcar_s
     return rows
 
 
+def board_times(m: Dims, stats: list[ReplayStats], *, sparse: tuple[int, int] | None,
+                s: System | None = None) -> dict[str, float]:
+    """Seconds of the image steps of the videos in ``stats`` (one :class:`ReplayStats` per video of
+    ``m.prompts`` prompts), summed, in every placement that fits the ECP5-85F: the board designs a
+    setting could be built on (``sparse`` = ``(sinks, window)``, ``None``: dense attention, which
+    streams the KV cache whatever the placement says)."""
+    from dataclasses import replace
+
+    s = s or System()
+    if sparse:
+        s = replace(s, sinks=sparse[0], window=sparse[1])
+    out = {}
+    for c in placements(m, s):
+        if c["fits"]:
+            out[c["placement"].name] = float(sum(step_costs(m, s, c["placement"], st, sparse=bool(sparse))["time_s"]
+                                                 for st in stats))
+    return out
+
+
 def rtl_step_cycles(m: Dims, stats: ReplayStats, *, sparse: tuple[int, int] | None, coef=None) -> np.ndarray:
     """Cycles of each image step of one video (``m.prompts`` prompts, ``m.batch`` rows) on the decode
     step as built in RTL, by the cycle model fitted on RTL runs (:data:`sw.perf.rtl_step.CALIBRATED`):
