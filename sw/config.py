@@ -1,7 +1,7 @@
 """The one configuration that drives software, golden model, gateware and testbenches.
 
 Everything that has a size lives here: the model's MLP sizes, the accelerator's geometry (cores,
-chunks, matrix-vector unit, TAS lanes) and, through :mod:`sw.golden.quant`, the widths of the
+chunks, matrix-vector unit, TAS lanes) and, through :mod:`sw.spec.quant`, the widths of the
 quantisation arithmetic. ``hw/`` builds gateware from an :class:`AccelConfig`, ``tb/`` reads the same
 object to size its bus models, and the host refuses a trace made for other sizes with a clear
 message instead of a wrong answer.
@@ -15,8 +15,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from sw.golden import quant
 from sw.jsonio import read_json
+from sw.spec import quant
 
 
 class ConfigError(ValueError):

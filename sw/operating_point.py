@@ -52,20 +52,6 @@ class OperatingPoint:
         """``(sinks, window)``, or ``None`` for dense attention."""
         return (self.sinks, self.window) if self.window else None
 
-    def fastcar(self):
-        """The :class:`sw.model.fastcar.FastCarConfig`, or ``None`` without FastCar."""
-        from sw.model.fastcar import FastCarConfig
-
-        if self.tau is None:
-            return None
-        return FastCarConfig(tau=list(self.tau) if isinstance(self.tau, tuple) else self.tau)
-
-    def sparse(self):
-        """The :class:`sw.model.fastcar.SparseConfig`, or ``None`` for dense attention."""
-        from sw.model.fastcar import SparseConfig
-
-        return SparseConfig(sinks=self.sinks, window=self.window) if self.window else None
-
     def describe(self) -> str:
         if self.tau is None:
             fc = "no FastCar"

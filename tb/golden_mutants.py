@@ -1,4 +1,4 @@
-"""Golden-only rule changes: the spec (sw.golden.quant) with one rule replaced, for showing that the corner
+"""Golden-only rule changes: the spec (sw.spec.quant) with one rule replaced, for showing that the corner
 trace (golden/corners) makes the RTL comparison fail when the golden model alone changes a rule
 (tests/test_corners.py at the golden level, tb/accelerator/test_accelerator.py against the RTL)."""
 
@@ -7,10 +7,10 @@ from pathlib import Path
 
 import numpy as np
 
-from sw.golden import quant
+from sw.spec import quant
 from sw.trace import corners
 
-# The floor and remainder come from the spec's own sw.golden.quant.shift_parts; only the tie rule changes.
+# The floor and remainder come from the spec's own sw.spec.quant.shift_parts; only the tie rule changes.
 _shift_parts = quant.shift_parts
 
 
@@ -60,7 +60,7 @@ MUTATIONS = {
 
 @contextmanager
 def golden_rule_changed(name):
-    """The golden model (sw.golden.quant) with one rule changed, for as long as the block runs."""
+    """The golden model (sw.spec.quant) with one rule changed, for as long as the block runs."""
     attr, repl, _ = MUTATIONS[name]
     old = getattr(quant, attr)
     setattr(quant, attr, repl)

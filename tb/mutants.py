@@ -68,8 +68,8 @@ MUTANTS = [
        "hw/accel/requant_lane.py", "m.d.comb += y.eq(-(1 << (n - 1)))",
        "m.d.comb += y.eq(-(1 << (n - 1)) + 1)",
        "tests/test_requant_lane.py"),
-    _m("golden-round-ties-odd", "golden model rounds ties to odd (sw/golden/quant.py only)",
-       "sw/golden/quant.py", "((q & 1) == 1)", "((q & 1) == 0)",
+    _m("golden-round-ties-odd", "golden model rounds ties to odd (sw/spec/quant.py only)",
+       "sw/spec/quant.py", "((q & 1) == 1)", "((q & 1) == 0)",
        "tests/test_quant.py"),
     _m("dispatcher-last-chunk", "DRS dispatcher off by one: a row ends after chunk S-2 (its last chunk is "
        "never dispatched)", "hw/accel/dispatcher.py", "chunk[h] == S - 1", "chunk[h] == S - 2",
@@ -133,8 +133,8 @@ MUTANTS = [
     _m("rob-slot-loads-when-full", "reorder buffer: a full slot still loads the input, so a row "
        "changes while it waits on o", "hw/lib/reorder_buffer.py", "with m.If(~full[n]):", "with m.If(1):",
        f"{_F}[handshake_reorder_buffer]", "tests/test_reorder_buffer_sim.py"),
-    _m("sum-bits-no-sign", "accumulator widths without the sign bit (sw/golden/quant.py sum_bits)",
-       "sw/golden/quant.py", "bit_length() + 1", "bit_length()",
+    _m("sum-bits-no-sign", "accumulator widths without the sign bit (sw/spec/quant.py sum_bits)",
+       "sw/spec/quant.py", "bit_length() + 1", "bit_length()",
        "tests/test_config.py::test_mv_geometry_of_the_default", f"{_F}[mv_unit_width]"),
     _m("lane-saturate-no-carry", "requantiser lane: 127 + a rounding increment wraps to -128 (the carry into "
        "bit 7 not seen)", "hw/accel/requant_lane.py", "hi.eq(~sign & (~zero | (up & inc[-1])))",

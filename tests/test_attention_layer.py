@@ -1,4 +1,4 @@
-"""AttentionLayer in amaranth.sim against sw.golden.quant, the golden model's layer step by step (norm,
+"""AttentionLayer in amaranth.sim against sw.spec.quant, the golden model's layer step by step (norm,
 q/k/v, RoPE, scores over the history and the position itself, the base-2 softmax, o / E, the o
 projection and the residual add, the TAS of the marked position): the rows after attention, every
 decision and the new keys and values, two steps back to back (one with no history), with and without
@@ -9,7 +9,7 @@ import pytest
 from amaranth.sim import Simulator
 
 from hw.step.attention_layer import AttentionLayer
-from sw.golden import quant
+from sw.spec import quant
 
 D, H, B, NI, NO, P = 8, 2, 2, 4, 2, 8
 DH = D // H

@@ -22,7 +22,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from sw.golden import quant
+from sw.spec import quant
 from tb.board.small_trace import write_small_trace
 
 #: Module-scoped fixtures: with pytest-xdist (--dist loadgroup) these tests share one worker.

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from sw.config import DEFAULT_ACCEL, SMALL_ACCEL, trace_accel
-from sw.golden import quant
+from sw.spec import quant
 from sw.trace import corners
 from sw.trace.decode import check_decode_trace, load_decode_trace
 from tb.golden_mutants import MUTATIONS, golden_rule_changed, round_half_away, round_half_up

@@ -13,8 +13,8 @@ from amaranth.sim import Simulator
 from hw.accel.accelerator import Accelerator
 from hw.board.host import config_words, row_beats
 from sw.config import DEFAULT_ACCEL, AccelConfig
-from sw.golden import quant
 from sw.perf.cycles import Latencies, group_cycles, trace_cycles
+from sw.spec import quant
 from tb.bench import MODEL_TOLERANCE, model_check
 from tests.test_accelerator_sim import configure, run_to_end, send_group
 

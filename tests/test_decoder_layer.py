@@ -1,4 +1,4 @@
-"""DecoderLayer in amaranth.sim against sw.golden.quant: two layers at one position over two frames (the
+"""DecoderLayer in amaranth.sim against sw.spec.quant: two layers at one position over two frames (the
 second frame's rows replayed where the attention's TAS clears the threshold, from the replay cache the
 first frame wrote), every row out of the layer and every decision, idle inputs and backpressure; the
 check shown to fail on an MLP output scale given one shift off."""
@@ -9,7 +9,7 @@ from amaranth.sim import Simulator
 
 from hw.board.host import config_words
 from hw.step.decoder_layer import DecoderLayer
-from sw.golden import quant
+from sw.spec import quant
 from tb.board.small_trace import SMALL_ACCEL, _layer
 from tests.test_attention_layer import golden as attention_golden
 

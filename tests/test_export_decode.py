@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 import torch
 
-from sw.golden import quant
 from sw.golden.calibrate import calibrate
 from sw.model import data
 from sw.model.checkpoint import CheckpointError, load_checkpoint
+from sw.spec import quant
 from sw.trace.decode import check_decode_trace, load_decode_trace
 from sw.trace.export import export_decode_trace
 from sw.trace.store import TraceError

@@ -9,7 +9,7 @@ from hw.accel.accelerator import row_in_layout
 from hw.accel.payload import pack
 from hw.board.host import pack_struct, row_beats
 from sw.config import DEFAULT_ACCEL, AccelConfig
-from sw.golden import quant
+from sw.spec import quant
 
 
 def reference_rows(cfg, tr, g, threshold=None):

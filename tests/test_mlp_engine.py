@@ -1,5 +1,5 @@
 """The MLP datapath (dispatcher, two matrix-vector cores on one weight store, output stage)
-against sw.golden.quant.swiglu_int8, in every schedule, with random readiness of the output."""
+against sw.spec.quant.swiglu_int8, in every schedule, with random readiness of the output."""
 
 import numpy as np
 import pytest
@@ -8,7 +8,7 @@ from amaranth.sim import Simulator
 from hw.accel.mlp_engine import MlpEngine
 from hw.accel.mv_layout import gu_table_index, weight_blocks
 from sw.config import AccelConfig
-from sw.golden import quant
+from sw.spec import quant
 from tests.test_mv_core import random_layers
 
 SMALL = AccelConfig(d_model=16, d_ff=64, layers=2, tokens_per_frame=2, batch=4, cores=2,

@@ -1,5 +1,5 @@
 """One v2 MLP core on a weight store: every chunk's row accumulator against the integer SwiGLU
-(gate, up, SiLU table, gated product, h @ wd, all from sw.golden.quant), jobs in any order, several rows
+(gate, up, SiLU table, gated product, h @ wd, all from sw.spec.quant), jobs in any order, several rows
 and layers, the core's pass schedule and its cycle count."""
 
 
@@ -18,7 +18,7 @@ from hw.accel.mv_core import MvCore, bit_select_primitive
 from hw.accel.mv_layout import gu_table_index, pass_lengths, weight_blocks
 from hw.accel.weight_store import WeightStore
 from sw.config import DEFAULT_ACCEL, AccelConfig, ConfigError
-from sw.golden import quant
+from sw.spec import quant
 from tests.fragments import Ecp5Stub, instances, sync_read_memories
 
 SMALL = AccelConfig(d_model=16, d_ff=32, layers=2, tokens_per_frame=2, batch=2, cores=2,

@@ -19,7 +19,7 @@ from amaranth.sim import Simulator
 from hw.accel.mv_unit import MvUnit, tree_levels, tree_width
 from hw.flow.synth import BUILD_OVERRIDES
 from sw.config import DEFAULT_ACCEL
-from sw.golden import quant
+from sw.spec import quant
 from tests.fragments import Ecp5Stub, instances
 
 #: The accumulator width the datapath uses: a GU pass sums d_model products, a D pass chunk_width.

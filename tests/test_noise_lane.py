@@ -1,11 +1,11 @@
-"""The noise lane against sw.golden.quant.noise_int: every leading-one position, the table corners,
+"""The noise lane against sw.spec.quant.noise_int: every leading-one position, the table corners,
 random words, one per cycle and with idle cycles, fixed latency."""
 
 import numpy as np
 import pytest
 
 from hw.step.noise_lane import NOISE_BITS, NoiseLane
-from sw.golden import quant
+from sw.spec import quant
 from tests.lanes import run_lane
 
 

@@ -1,4 +1,4 @@
-"""The projection block against sw.golden.quant.matmul_int and requantize: random rows and weights, the
+"""The projection block against sw.spec.quant.matmul_int and requantize: random rows and weights, the
 extreme products and the rounding's ties, runs of one beat and of many, idle cycles and output
 backpressure; the comparison shown to fail on a wrong rounding."""
 
@@ -7,7 +7,7 @@ import pytest
 from amaranth.sim import Simulator
 
 from hw.step.projection import Projection
-from sw.golden import quant
+from sw.spec import quant
 
 
 def case(seed, rows, d_in, d_out):

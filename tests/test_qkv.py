@@ -1,4 +1,4 @@
-"""QkvRope in amaranth.sim against sw.golden.quant (rmsnorm_int, matmul_int and requantize per channel,
+"""QkvRope in amaranth.sim against sw.spec.quant (rmsnorm_int, matmul_int and requantize per channel,
 rope_int): every head of q, k and v of every row, three steps at three positions back to back, with
 and without idle inputs and backpressure; the check shown to fail on k's weights given for v."""
 
@@ -7,7 +7,7 @@ import pytest
 from amaranth.sim import Simulator
 
 from hw.step.qkv import QkvRope
-from sw.golden import quant
+from sw.spec import quant
 
 D, H, B, NI, NO = 8, 2, 2, 4, 2
 DH = D // H

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sw.golden import quant
+from sw.spec import quant
 
 
 def reference_requant(acc: int, mult: int, shift: int) -> int:

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sw.golden import quant
+from sw.spec import quant
 from tests.test_quant import reference_requant
 
 

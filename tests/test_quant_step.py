@@ -1,4 +1,4 @@
-"""The integer rules of the rest of the decoder layer (sw/golden/quant.py): exact against plain-Python
+"""The integer rules of the rest of the decoder layer (sw/spec/quant.py): exact against plain-Python
 references where the rule is exact, close to float where it approximates, and each reference
 shown to catch a planted wrong rule."""
 
@@ -8,7 +8,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from sw.golden import quant
+from sw.spec import quant
 
 RNG = np.random.default_rng(5)
 

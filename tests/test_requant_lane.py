@@ -1,4 +1,4 @@
-"""The fixed-latency requantiser lane against sw.golden.quant.requantize: ties, saturation, shift 0 and the
+"""The fixed-latency requantiser lane against sw.spec.quant.requantize: ties, saturation, shift 0 and the
 widest shifts, operand extremes, one value per cycle, both DSP arrangements (one and two blocks)."""
 
 import numpy as np
@@ -6,7 +6,7 @@ import pytest
 from amaranth.hdl import Const, Signal
 
 from hw.accel.requant_lane import MUX2_INIT, RequantLane, shift_right
-from sw.golden import quant
+from sw.spec import quant
 from tests import lanes
 
 

@@ -1,4 +1,4 @@
-"""The residual block against sw.golden.quant.requant_wide and saturate: random elements, the ties of
+"""The residual block against sw.spec.quant.requant_wide and saturate: random elements, the ties of
 the rounding, saturation both ways, idle cycles and output backpressure, one element a cycle when
 nothing stalls; the comparison shown to fail on another rounding."""
 
@@ -7,7 +7,7 @@ import pytest
 from amaranth.sim import Simulator
 
 from hw.step.residual import R_BITS, Residual
-from sw.golden import quant
+from sw.spec import quant
 
 HI, LO = (1 << (R_BITS - 1)) - 1, -(1 << (R_BITS - 1))
 

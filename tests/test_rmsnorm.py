@@ -1,4 +1,4 @@
-"""The RMSNorm block against sw.golden.quant.rmsnorm_int: rows of several lengths and scales, eps,
+"""The RMSNorm block against sw.spec.quant.rmsnorm_int: rows of several lengths and scales, eps,
 saturation, output backpressure, back-to-back rows; the comparison shown to fail on another rule."""
 
 import numpy as np
@@ -6,7 +6,7 @@ import pytest
 from amaranth.sim import Simulator
 
 from hw.step.rmsnorm import RmsNorm
-from sw.golden import quant
+from sw.spec import quant
 
 
 def rows_for(seed, n, d):

@@ -1,4 +1,4 @@
-"""The RoPE block against sw.golden.quant.rope_int: random heads and angles, the exact ties of the
+"""The RoPE block against sw.spec.quant.rope_int: random heads and angles, the exact ties of the
 rounding, saturation, output backpressure; the comparison shown to fail on another rounding."""
 
 import numpy as np
@@ -6,7 +6,7 @@ import pytest
 from amaranth.sim import Simulator
 
 from hw.step.rope import Rope
-from sw.golden import quant
+from sw.spec import quant
 
 
 def heads_for(seed, dh, n):

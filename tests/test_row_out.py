@@ -8,7 +8,7 @@ from amaranth.sim import Simulator
 
 from hw.accel.row_out import RowOut
 from sw.config import DEFAULT_ACCEL, AccelConfig
-from sw.golden import quant
+from sw.spec import quant
 from tests.fragments import Ecp5Stub, instances, sync_read_memories
 
 SMALL = AccelConfig(d_model=16, d_ff=64, layers=2, tokens_per_frame=2, batch=4, cores=2,

@@ -6,7 +6,8 @@ import pytest
 from amaranth.sim import Simulator
 
 from hw.step.sampler import Sampler
-from sw.golden import quant, sampling
+from sw.golden import sampling
+from sw.spec import quant
 
 
 def rows_for(seed, n_rows, prompts, codebook):

@@ -1,4 +1,4 @@
-"""Sampling on chip (sw/golden/quant.py, "Sampling"; sw/golden/sampling.py): the generator, the
+"""Sampling on chip (sw/spec/quant.py, "Sampling"; sw/golden/sampling.py): the generator, the
 exponential draw's logarithm, guidance, and the race itself, each against an independent reference
 and each reference shown to catch a planted wrong rule."""
 
@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from sw.golden import quant, sampling
+from sw.golden import sampling
+from sw.spec import quant
 
 RNG = np.random.default_rng(11)
 

@@ -1,4 +1,4 @@
-"""One head's softmax, p . v and normalisation against sw.golden.quant (softmax_av_int, then
+"""One head's softmax, p . v and normalisation against sw.spec.quant (softmax_av_int, then
 attention_out_int): positions from 1 to many, flat and peaked scores, ties, saturation, output
 backpressure; the comparison shown to fail on another rule."""
 
@@ -7,7 +7,7 @@ import pytest
 from amaranth.sim import Simulator
 
 from hw.step.softmax_av import SoftmaxAv
-from sw.golden import quant
+from sw.spec import quant
 
 
 def heads_for(seed, dh, lengths):

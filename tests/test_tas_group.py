@@ -21,7 +21,7 @@ from hw.accel.layouts import tas_row_layout as row_layout
 from hw.accel.payload import pack
 from hw.accel.tas_group import TasGroup, _and_pair_ccu2c, and_pair_init
 from sw.config import DEFAULT_ACCEL
-from sw.golden import quant
+from sw.spec import quant
 from tests.fragments import Ecp5Stub, instances
 
 CFG = DEFAULT_ACCEL
@@ -32,8 +32,8 @@ NEVER = quant.THRESHOLD_NEVER
 
 # ---------------------------------------------------------------- the software's rule
 def reference(rows, *, refresh=None, max_chain=None):
-    """(tas, replay) per row, from the software's one rule: ``sw.golden.quant.tas_int`` for the score,
-    ``sw.golden.quant.replay_decision`` and ``sw.golden.quant.replay_guard`` for the decision (frame 0
+    """(tas, replay) per row, from the software's one rule: ``sw.spec.quant.tas_int`` for the score,
+    ``sw.spec.quant.replay_decision`` and ``sw.spec.quant.replay_guard`` for the decision (frame 0
     and the drift guard), with a chain counter per (layer, index, row). Rows must come in decode order."""
     chain = {}
     out = []

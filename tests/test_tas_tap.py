@@ -1,4 +1,4 @@
-"""The TAS tap against sw.golden.quant.replay_decision: rows of scores with the marked position in
+"""The TAS tap against sw.spec.quant.replay_decision: rows of scores with the marked position in
 each head, rows with none, the threshold's edge (tas == threshold replays, one below does not), the
 never-threshold, idle cycles and decision backpressure; the comparison shown to fail on a strict rule."""
 
@@ -7,7 +7,7 @@ import pytest
 from amaranth.sim import Simulator
 
 from hw.step.tas_tap import TasTap
-from sw.golden import quant
+from sw.spec import quant
 
 
 def rows_for(seed, n, heads=4, positions=6):

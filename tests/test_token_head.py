@@ -8,7 +8,8 @@ import pytest
 from amaranth.sim import Simulator
 
 from hw.step.token_head import TokenHead
-from sw.golden import quant, sampling
+from sw.golden import sampling
+from sw.spec import quant
 
 D, PR, C, NI, NO, SEED = 16, 2, 8, 4, 4, 9
 

@@ -62,8 +62,8 @@ def test_replay_at_threshold_mode_starts_late_and_draws_in_range():
 
 def test_generate_cli_integer(tmp_path):
     out = tmp_path / "g.png"
-    r = subprocess.run([sys.executable, "sw/model/generate.py", "--prompt", "red square moves up",
-                        "--frames", "2", "--integer", "--tau", "-1.5", "--out", str(out)],
+    r = subprocess.run([sys.executable, "-m", "sw.golden.generate", "--prompt", "red square moves up",
+                        "--frames", "2", "--tau", "-1.5", "--out", str(out)],
                        cwd=REPO, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr[-2000:]
     assert out.stat().st_size > 1000 and "replay ratio" in r.stdout

@@ -18,7 +18,7 @@ from hw.step.weight_stream import (
     pack_blocks,
     pack_channels,
 )
-from sw.golden import quant
+from sw.spec import quant
 
 D, L, PR, C, NI, NO, NB = 16, 2, 2, 8, 4, 4, 8
 BASE = 0x1000 - 40          # the first layer's image crosses a 4 KB boundary

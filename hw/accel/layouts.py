@@ -7,7 +7,7 @@ from amaranth.lib import data
 
 from hw.lib.widths import index_bits
 from sw.config import AccelConfig
-from sw.golden import quant
+from sw.spec import quant
 
 __all__ = ["COUNTER_BITS", "FRAME_BITS", "THRESHOLD_BITS", "ctrl_layout", "row_in_layout",
            "decided_row_in_layout", "out_user_layout",
@@ -60,7 +60,7 @@ def decided_row_in_layout(cfg: AccelConfig):
 
 def out_user_layout(cfg: AccelConfig):
     """The output's ``tuser``: the replay decision, the row within the group and the row's integer
-    TAS (:func:`sw.golden.quant.tas_int`, the score the decision was taken on)."""
+    TAS (:func:`sw.spec.quant.tas_int`, the score the decision was taken on)."""
     return data.StructLayout({"replay": 1, "row": index_bits(cfg.batch), "tas": signed(quant.ACC_BITS)})
 
 
@@ -116,5 +116,5 @@ def h_params_layout():
 
 def lut_address(code):
     """Table address of an int8 code: ``code + 128``, i.e. the code with its sign bit flipped
-    (:func:`sw.golden.quant.apply_lut`)."""
+    (:func:`sw.spec.quant.apply_lut`)."""
     return Cat(code[:7], ~code[7])

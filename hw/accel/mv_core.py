@@ -13,7 +13,7 @@ from hw.lib.ff_copies import ff_copies, word_copies
 from hw.lib.mult18 import Mult18, is_ecp5
 from hw.lib.widths import index_bits, mul_const
 from sw.config import AccelConfig
-from sw.golden import quant
+from sw.spec import quant
 
 __all__ = ["MvCore", "done_layout", "gu_rq_load_layout", "gu_table_depth", "mv_acc_bits",
            "silu_table_address", "silu_table_depth"]
@@ -139,7 +139,7 @@ class MvCore(wiring.Component):
       (per-channel constants from the core's gate/up table); a gate code goes through the
       layer's SiLU table, an up code is multiplied by the stored SiLU value of its channel and
       requantised by a second lane (the layer's ``mult_h, shift_h``) into ``h``
-      (:func:`sw.golden.quant.swiglu_int8`).
+      (:func:`sw.spec.quant.swiglu_int8`).
     * **D pass**: ``h @ wd[chunk rows]``: each block of ``mv_out`` int32 partial sums is added into
       the row's accumulator (``tag``, output block), kept in the core. The first write of a row
       since ``group_start`` stores instead of adding. When the pass has written its last block,

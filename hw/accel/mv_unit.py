@@ -77,7 +77,7 @@ class MvUnit(wiring.Component):
     acc_bits : int
         Signed width of the accumulators and of ``o``; at least :func:`tree_width` ``(n_in)``.
         The caller sizes it for its longest run, e.g.
-        ``max(cfg.gu_sum_bits, sw.golden.quant.sum_bits(cfg.chunk_width))``.
+        ``max(cfg.gu_sum_bits, sw.spec.quant.sum_bits(cfg.chunk_width))``.
 
     Members
     -------

@@ -7,7 +7,7 @@ from amaranth.lib.wiring import In, Out
 
 from hw.lib.mult18 import WIDTH as DSP_WIDTH
 from hw.lib.mult18 import Mult18, is_ecp5
-from sw.golden import quant
+from sw.spec import quant
 
 __all__ = ["RequantLane", "lane_in_layout", "lane_out_layout", "registered_shift_controls", "shift_right",
            "MUX2_INIT"]
@@ -70,10 +70,10 @@ def shift_right(m, x, sh, *, primitive=False, name="shr"):
 
 
 def saturate(m, low8, up, sign, zero, ones):
-    """Return ``saturate_int8(q + up)`` (:func:`sw.golden.quant.saturate_int8`) for ``up`` in {0, 1},
+    """Return ``saturate_int8(q + up)`` (:func:`sw.spec.quant.saturate_int8`) for ``up`` in {0, 1},
     from ``q``'s low 8 bits and flags of its upper bits that an earlier stage registered; for a
     wider result, ``low8`` is ``q``'s low ``n`` bits and the result saturates to ``n`` bits
-    (:func:`sw.golden.quant.saturate`), by the same rule with 7 read as ``n - 1``.
+    (:func:`sw.spec.quant.saturate`), by the same rule with 7 read as ``n - 1``.
 
     ``sign`` is ``q``'s sign bit; ``zero`` says that every bit of ``q`` from bit 7 up is 0
     (``0 <= q <= 127``) and ``ones`` that every one is 1 (``-128 <= q <= -1``). So no reduction
@@ -143,8 +143,8 @@ def registered_shift_controls(m, shift, width):
 
 class RequantLane(wiring.Component):
     """A requantiser lane for pipelines that never stall: one value in and one out per cycle,
-    exactly :func:`sw.golden.quant.requantize` (round half to even, saturate to int8), or with
-    ``out_bits`` wider :func:`sw.golden.quant.requant_wide` (saturate to ``out_bits``).
+    exactly :func:`sw.spec.quant.requantize` (round half to even, saturate to int8), or with
+    ``out_bits`` wider :func:`sw.spec.quant.requant_wide` (saturate to ``out_bits``).
 
     The value, its ``(mult, shift)`` and a tag enter together and leave :attr:`latency` cycles
     later. There is no backpressure and no clock enable, so no handshake fans out into the
@@ -161,8 +161,8 @@ class RequantLane(wiring.Component):
     Parameters
     ----------
     acc_bits : int
-        Signed width of the values (for example :func:`sw.golden.quant.sum_bits` of the sum's length);
-        at most :data:`sw.golden.quant.ACC_BITS`.
+        Signed width of the values (for example :func:`sw.spec.quant.sum_bits` of the sum's length);
+        at most :data:`sw.spec.quant.ACC_BITS`.
     tag_bits : int
         Width of the tag that travels with each value (at least 1 bit is kept).
     out_bits : int

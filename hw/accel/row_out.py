@@ -27,7 +27,7 @@ class RowOut(wiring.Component):
     accumulator blocks from every :class:`hw.accel.mv_core.MvCore`, adds them (a core that never ran a
     chunk of the row adds nothing) and requantises the ``d_model`` sums with the layer's
     per-channel ``mult_d, shift_d``: ``y = requant(sum over chunks of h_c @ wd_c)``, which is
-    :func:`sw.golden.quant.swiglu_int8`'s last step (integer sums: the order of addition does not matter).
+    :func:`sw.spec.quant.swiglu_int8`'s last step (integer sums: the order of addition does not matter).
 
     One output block of ``mv_out`` channels per cycle: the read address in cycle t, the cores'
     blocks and the table entry in t + 1, their sum registered in t + 2, ``mv_out``

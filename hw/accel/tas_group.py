@@ -8,7 +8,7 @@ from hw.accel.layouts import tas_row_layout
 from hw.lib.ff_copies import ff_copies
 from hw.lib.mult18 import is_ecp5
 from hw.lib.widths import index_bits, mul_const
-from sw.golden import quant
+from sw.spec import quant
 
 __all__ = ["TasGroup", "group_decision_layout", "and_pair_init"]
 
@@ -69,11 +69,11 @@ class TasGroup(wiring.Component):
     """Integer TAS and replay decision of the ``batch`` rows of a group, in parallel, without DSPs.
 
     Row ``b`` of a group always runs on engine ``b``. Each engine computes
-    ``tas = sum_e q[e] * k[e]`` (:func:`sw.golden.quant.tas_int`) bit-serially, ``lanes`` one-bit
+    ``tas = sum_e q[e] * k[e]`` (:func:`sw.spec.quant.tas_int`) bit-serially, ``lanes`` one-bit
     products per cycle for ``8 * dim / lanes`` steps, then takes the decision of
-    :func:`sw.golden.quant.replay_decision` with the drift guard of ``sw/golden``, bit for bit::
+    :func:`sw.spec.quant.replay_decision` with the drift guard of ``sw/golden``, bit for bit::
 
-        want    = frame != 0 and tas >= threshold          (sw.golden.quant.replay_decision)
+        want    = frame != 0 and tas >= threshold          (sw.spec.quant.replay_decision)
         force   = refresh (frame % refresh_every == 0, when enabled)
                   or chain[layer, index, row] >= max_chain (when enabled)
         replay  = want and not force

@@ -279,7 +279,7 @@ def run_trace(link: BoardLink, tr, groups: list[int], *, static: bool = False, c
 
 def default_baud() -> int:
     """The baud rate of the board file (``constraints/ulx3s_85f.toml``, ``[uart] baud``)."""
-    from hw.flow.synth import load_board
+    from hw.board.facts import load_board
 
     return int(load_board()["uart"]["baud"])
 

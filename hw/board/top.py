@@ -52,7 +52,7 @@ class BoardTop(Elaboratable):
     cfg : AccelConfig
         The accelerator to build.
     board : dict
-        Board facts (:func:`hw.flow.synth.load_board`); needs ``[uart] resource``, ``baud`` and
+        Board facts (:func:`hw.board.facts.load_board`); needs ``[uart] resource``, ``baud`` and
         ``timeout_ms`` besides the clock and LEDs.
     pll : hw.flow.synth.PllConfig
         The PLL setting (:func:`hw.flow.synth.compute_pll`); its output is the ``sync`` clock.

@@ -31,17 +31,17 @@ import subprocess
 import sys
 import tempfile
 import time
-import tomllib
 from dataclasses import asdict, dataclass
 from fractions import Fraction
 from pathlib import Path
 
 from amaranth import Elaboratable, Module
 
+from hw.board import facts
 from hw.board.clock import add_pll_domain, request_leds
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-DEFAULT_BOARD_FILE = REPO_ROOT / "constraints" / "ulx3s_85f.toml"
+DEFAULT_BOARD_FILE = facts.DEFAULT_BOARD_FILE
 
 # Tool name (as amaranth looks it up in the environment) -> YoWASP executable.
 YOWASP_TOOLS = {
@@ -90,23 +90,12 @@ TIMING_FAIL_WARNING = "TIMING NOT MET: FOR EXPLORATION ONLY, DO NOT LOAD THIS BI
 # ---------------------------------------------------------------- board facts
 
 def load_board(path=DEFAULT_BOARD_FILE):
-    """Read the board/device facts TOML and return it as a dict."""
-    path = Path(path)
+    """Read the board/device facts TOML and return it as a dict (:func:`hw.board.facts.load_board`);
+    a bad file raises :class:`SynthError`."""
     try:
-        with path.open("rb") as f:
-            board = tomllib.load(f)
-    except (OSError, tomllib.TOMLDecodeError) as e:
-        raise SynthError(f"{path}: cannot read board file: {e}") from None
-    for key in ("board", "platform", "device", "package", "speed_grade", "target_mhz",
-                "clock.resource", "clock.frequency_mhz", "leds.resource", "leds.count",
-                "build.dir", "build.name"):
-        node = board
-        for part in key.split("."):
-            if not isinstance(node, dict) or part not in node:
-                raise SynthError(f"{path}: missing field '{key}'")
-            node = node[part]
-    board["_path"] = str(path)
-    return board
+        return facts.load_board(path)
+    except facts.BoardFileError as e:
+        raise SynthError(str(e)) from None
 
 
 def make_platform(board):

@@ -6,7 +6,7 @@ from amaranth.utils import ceil_log2
 
 from hw.accel.mv_unit import MvUnit
 from hw.formal.harness import Internals, PropertyWrapper, in_ports
-from sw.golden import quant
+from sw.spec import quant
 
 #: The largest int8 product, (-128) x (-128).
 PRODUCT_MAX = quant.INT8_MIN * quant.INT8_MIN          # 16384
@@ -19,7 +19,7 @@ REF_BITS = 40
 
 class MvUnitWidth(PropertyWrapper):
     """Exact-arithmetic scoreboard of a :class:`hw.accel.mv_unit.MvUnit` with ``acc_bits =
-    sw.golden.quant.sum_bits(n_in * beats)``: the width a caller gives it for runs of at most
+    sw.spec.quant.sum_bits(n_in * beats)``: the width a caller gives it for runs of at most
     ``beats`` beats (``MvCore`` sizes it this way for its ``d_model / mv_in``-beat GU runs).
 
     Every input is free (any int8 activations and weights, any ``valid``, ``first`` and ``last``,

@@ -6,7 +6,7 @@ from amaranth.hdl import Assert, Assume
 
 from hw.accel.tas_group import TasGroup
 from hw.formal.harness import PropertyWrapper, in_ports, stream_hold
-from sw.golden import quant
+from sw.spec import quant
 
 __all__ = ["TasGroupOrder"]
 
@@ -22,7 +22,7 @@ class TasGroupOrder(PropertyWrapper):
     ``refresh_every``, ``max_chain_en``, ``max_chain``) is constant, at a value the solver picks.
     ``q``, the threshold, the frame and ``o.ready`` are free in every cycle; each ``k[e]`` is 0 or
     1, so the TAS is a sum of ``q`` elements: here it only tells the rows apart (the products of
-    the fabric multipliers against ``sw.golden.quant.tas_int`` are ``tests/test_tas_group.py``'s
+    the fabric multipliers against ``sw.spec.quant.tas_int`` are ``tests/test_tas_group.py``'s
     matter, and a solver proving a multiplier equal to ``*`` takes many minutes).
 
     The wrapper numbers the rows taken and the decisions given (``o.valid & o.ready``), and

@@ -1,10 +1,9 @@
-"""Bit widths shared by the gateware (one definition, used by every block)."""
+"""Bit widths shared by the gateware (one definition, used by every block). The accumulators'
+widths are the spec's (:func:`sw.spec.quant.sum_bits`)."""
 
 from amaranth.hdl import Const, Value
 
-from sw.golden.quant import sum_bits  # noqa: F401  (one rule, used by the gateware through this module)
-
-__all__ = ["index_bits", "mul_const", "sum_bits"]
+__all__ = ["index_bits", "mul_const"]
 
 
 def index_bits(n: int) -> int:

@@ -7,7 +7,7 @@ from amaranth.lib.wiring import In, Out
 from hw.step.qk_score import QkScore, qk_in_layout
 from hw.step.softmax_av import SoftmaxAv, softmax_out_layout
 from hw.step.tas_tap import TasTap, decision_layout
-from sw.golden import quant
+from sw.spec import quant
 
 __all__ = ["AttentionHead"]
 

@@ -11,7 +11,7 @@ from hw.step.residual import R_BITS, Residual, residual_out_layout
 from hw.step.rmsnorm import rmsnorm_in_layout
 from hw.step.row_runs import RowRuns, weight_layout
 from hw.step.tas_tap import decision_layout
-from sw.golden import quant
+from sw.spec import quant
 
 __all__ = ["AttentionLayer", "group_layout", "kv_layout"]
 

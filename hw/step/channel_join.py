@@ -6,7 +6,7 @@ from amaranth.lib.wiring import In, Out
 
 from hw.step.residual import R_BITS
 from hw.step.rmsnorm import rmsnorm_in_layout
-from sw.golden import quant
+from sw.spec import quant
 
 __all__ = ["ChannelJoin", "channel_layout", "row_layout"]
 

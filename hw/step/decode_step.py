@@ -18,7 +18,7 @@ from hw.step.tas_tap import decision_layout
 from hw.step.token_head import TokenHead
 from hw.step.weight_stream import WeightStream
 from sw.config import AccelConfig
-from sw.golden import quant
+from sw.spec import quant
 
 __all__ = ["DecodeStep", "decode_command_layout"]
 

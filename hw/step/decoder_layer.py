@@ -13,7 +13,7 @@ from hw.step.rmsnorm import RmsNorm, rmsnorm_in_layout
 from hw.step.row_runs import weight_layout
 from hw.step.tas_tap import decision_layout
 from sw.config import AccelConfig
-from sw.golden import quant
+from sw.spec import quant
 
 __all__ = ["DecoderLayer", "mlp_group_layout", "channel_layout"]
 

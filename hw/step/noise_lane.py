@@ -1,10 +1,10 @@
-"""The exponential draw's logarithm, one per cycle: :func:`sw.golden.quant.noise_int` of a 32-bit word."""
+"""The exponential draw's logarithm, one per cycle: :func:`sw.spec.quant.noise_int` of a 32-bit word."""
 
 from amaranth import *
 from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from sw.golden import quant
+from sw.spec import quant
 
 __all__ = ["NoiseLane", "noise_in_layout", "noise_out_layout", "NOISE_BITS"]
 
@@ -23,7 +23,7 @@ def noise_out_layout(tag_bits):
 
 class NoiseLane(wiring.Component):
     """``-log2(e) * 2**16`` of the exponential draw of each word, exactly
-    :func:`sw.golden.quant.noise_int`, one word in and one value out per cycle, fixed latency.
+    :func:`sw.spec.quant.noise_int`, one word in and one value out per cycle, fixed latency.
 
     Stages (like :class:`hw.accel.requant_lane.RequantLane`, no backpressure, every output taken):
 
@@ -34,7 +34,7 @@ class NoiseLane(wiring.Component):
     3. The ``LOG2`` entry is registered (a table read is a block RAM's slow output).
     4. ``(33 - b) * 2**16 - LOG2[i] - G[j]``, registered.
 
-    The two tables are :func:`sw.golden.quant.noise_tables`, 256 words of 17 bits each, read-only
+    The two tables are :func:`sw.spec.quant.noise_tables`, 256 words of 17 bits each, read-only
     memories initialised from the spec (distributed RAM or a block RAM, as synthesis chooses).
 
     Parameters

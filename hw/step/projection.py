@@ -6,7 +6,7 @@ from amaranth.lib.wiring import In, Out
 
 from hw.accel.mv_unit import MvUnit, mv_latency
 from hw.accel.requant_lane import RequantLane
-from sw.golden import quant
+from sw.spec import quant
 
 __all__ = ["Projection", "projection_in_layout", "projection_out_layout"]
 
@@ -34,8 +34,8 @@ def projection_out_layout(n_out, requant):
 
 
 class Projection(wiring.Component):
-    """``x @ W`` of a row, ``n_out`` outputs at a time, exactly :func:`sw.golden.quant.matmul_int`,
-    then with ``requant`` :func:`sw.golden.quant.requantize` per output channel (q, k and v); without,
+    """``x @ W`` of a row, ``n_out`` outputs at a time, exactly :func:`sw.spec.quant.matmul_int`,
+    then with ``requant`` :func:`sw.spec.quant.requantize` per output channel (q, k and v); without,
     the int32 accumulators leave as they are (the o projection, whose requantisation is the residual
     block's, and the LM head, whose is the sampler's).
 

@@ -5,7 +5,7 @@ from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from hw.accel.mv_unit import MvUnit, mv_latency, tree_width
-from sw.golden import quant
+from sw.spec import quant
 
 __all__ = ["QkScore", "qk_in_layout", "qk_out_layout"]
 

@@ -5,11 +5,11 @@ from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from hw.accel.requant_lane import RequantLane
-from sw.golden import quant
+from sw.spec import quant
 
 __all__ = ["Residual", "residual_in_layout", "residual_out_layout"]
 
-#: Width of the residual stream (:data:`sw.golden.quant.RESIDUAL_BITS`).
+#: Width of the residual stream (:data:`sw.spec.quant.RESIDUAL_BITS`).
 R_BITS = quant.RESIDUAL_BITS
 
 
@@ -28,7 +28,7 @@ def residual_out_layout():
 
 class Residual(wiring.Component):
     """``saturate32(r + requant_wide(acc, mult, shift))`` element by element, bit for bit
-    (:func:`sw.golden.quant.requant_wide`, :func:`sw.golden.quant.saturate`): the attention's
+    (:func:`sw.spec.quant.requant_wide`, :func:`sw.spec.quant.saturate`): the attention's
     output projection (``acc = a . wo``, per-channel constants) and the MLP's output (``acc = y``,
     the layer's constants) into the residual stream.
 
@@ -40,7 +40,7 @@ class Residual(wiring.Component):
     Parameters
     ----------
     acc_bits : int
-        Signed width of the accumulators (default :data:`sw.golden.quant.ACC_BITS`).
+        Signed width of the accumulators (default :data:`sw.spec.quant.ACC_BITS`).
     queue_depth : int
         Elements in flight or waiting on ``o``; the default, ``latency + 1``, takes one a cycle
         while ``o`` is ready (a credit comes back the cycle after its element leaves).

@@ -5,7 +5,7 @@ from amaranth.lib import data, fifo, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from hw.lib.widths import index_bits
-from sw.golden import quant
+from sw.spec import quant
 
 __all__ = ["RmsNorm", "rmsnorm_in_layout", "rmsnorm_out_layout"]
 
@@ -26,7 +26,7 @@ def rmsnorm_out_layout():
 
 
 class RmsNorm(wiring.Component):
-    """:func:`sw.golden.quant.rmsnorm_int` of one row at a time, bit for bit::
+    """:func:`sw.spec.quant.rmsnorm_int` of one row at a time, bit for bit::
 
         D   = sum(r * r) + d * eps                  (64-bit, as the golden model's int64)
         inv = isqrt(2**60 // max(D, 1))             = floor(2**30 / sqrt(D))

@@ -4,7 +4,7 @@ from amaranth import *
 from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from sw.golden import quant
+from sw.spec import quant
 
 __all__ = ["Rope", "rope_in_layout", "rope_out_layout"]
 
@@ -22,7 +22,7 @@ def rope_out_layout(head_dim):
 
 
 class Rope(wiring.Component):
-    """:func:`sw.golden.quant.rope_int`, one head per cycle, bit for bit::
+    """:func:`sw.spec.quant.rope_int`, one head per cycle, bit for bit::
 
         y1 = saturate8(round_half_even((x1 C - x2 S) / 2**14))
         y2 = saturate8(round_half_even((x2 C + x1 S) / 2**14))

@@ -6,7 +6,7 @@ from amaranth.lib.wiring import In, Out
 
 from hw.lib.widths import index_bits
 from hw.step.projection import projection_in_layout
-from sw.golden import quant
+from sw.spec import quant
 
 __all__ = ["RowRuns", "element_layout", "weight_layout", "block_report_layout"]
 

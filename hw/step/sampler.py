@@ -7,12 +7,12 @@ from amaranth.lib.wiring import In, Out
 from hw.accel.requant_lane import RequantLane
 from hw.lib.widths import index_bits
 from hw.step.noise_lane import NOISE_BITS, NoiseLane
-from sw.golden import quant
+from sw.spec import quant
 
 __all__ = ["Sampler", "sampler_in_layout", "sampler_out_layout", "sampler_z_layout", "seed_layout",
            "xorshift32"]
 
-#: Width of the guided logits ``z`` (:func:`sw.golden.quant.cfg_logits_int`).
+#: Width of the guided logits ``z`` (:func:`sw.spec.quant.cfg_logits_int`).
 Z_BITS = quant.RESIDUAL_BITS
 
 
@@ -39,12 +39,12 @@ def sampler_z_layout(prompts, codebook):
 
 
 def seed_layout(prompts):
-    """A generator state for a prompt (:func:`sw.golden.quant.sampler_state`)."""
+    """A generator state for a prompt (:func:`sw.spec.quant.sampler_state`)."""
     return data.StructLayout({"prompt": index_bits(prompts), "state": unsigned(quant.RNG_BITS)})
 
 
 def xorshift32(x):
-    """:func:`sw.golden.quant.xorshift32` as a 32-bit expression (three shift-xor levels)."""
+    """:func:`sw.spec.quant.xorshift32` as a 32-bit expression (three shift-xor levels)."""
     x = Value.cast(x)
     x = x ^ (x << 13)[:32]
     x = x ^ (x >> 17)
@@ -84,7 +84,7 @@ class Sampler(wiring.Component):
     seed : In(stream.Signature(seed_layout(prompts), always_ready=True))
         Loads a prompt's generator state (before its first row; a load wins over a step).
     gain : In(quant.MULT_BITS)
-        The guidance scale in Q8 (:func:`sw.golden.quant.cfg_gain`).
+        The guidance scale in Q8 (:func:`sw.spec.quant.cfg_gain`).
     guided : In(1)
         Guidance on (the unconditional accumulators are read).
     greedy : In(1)

@@ -5,7 +5,7 @@ from amaranth.lib import data, fifo, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from hw.lib.widths import index_bits
-from sw.golden import quant
+from sw.spec import quant
 
 __all__ = ["SoftmaxAv", "softmax_in_layout", "softmax_out_layout"]
 
@@ -23,7 +23,7 @@ def softmax_out_layout():
 
 
 class SoftmaxAv(wiring.Component):
-    """:func:`sw.golden.quant.softmax_av_int` and :func:`sw.golden.quant.attention_out_int` of one head,
+    """:func:`sw.spec.quant.softmax_av_int` and :func:`sw.spec.quant.attention_out_int` of one head,
     bit for bit::
 
         t = (max(scores) - score) * a_exp              the exponent, base 2, Q16, negated

@@ -4,7 +4,7 @@ from amaranth import *
 from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from sw.golden import quant
+from sw.spec import quant
 
 __all__ = ["TasTap", "tap_in_layout", "decision_layout"]
 
@@ -22,7 +22,7 @@ def decision_layout():
 
 class TasTap(wiring.Component):
     """The row's TAS as the sum of its heads' scores of the marked position, and the replay rule,
-    bit for bit :func:`sw.golden.quant.tas_int` and :func:`sw.golden.quant.replay_decision`::
+    bit for bit :func:`sw.spec.quant.tas_int` and :func:`sw.spec.quant.replay_decision`::
 
         tas    = sum over heads h of q_h . k_h[p - tokens_per_frame]    (the marked scores)
         replay = marked and tas >= threshold

@@ -9,14 +9,14 @@ from hw.step.projection import Projection
 from hw.step.rmsnorm import RmsNorm, rmsnorm_in_layout
 from hw.step.row_runs import RowRuns, weight_layout
 from hw.step.sampler import Sampler, sampler_out_layout, sampler_z_layout, seed_layout
-from sw.golden import quant
+from sw.spec import quant
 
 __all__ = ["TokenHead", "head_weight_layout"]
 
 
 def head_weight_layout(n_in, n_out):
     """One beat of the LM head's weights over the image tokens (:func:`hw.step.row_runs.weight_layout`),
-    with, on a block's last beat, the block's logit constants (:func:`sw.golden.quant.logit_consts`)."""
+    with, on a block's last beat, the block's logit constants (:func:`sw.spec.quant.logit_consts`)."""
     return weight_layout(n_in, n_out)
 
 

@@ -9,7 +9,7 @@ from hw.lib.axi import AxiReadSignature
 from hw.step.axi_reader import AxiReader
 from hw.step.channel_join import channel_layout
 from hw.step.row_runs import weight_layout
-from sw.golden import quant
+from sw.spec import quant
 
 __all__ = ["WeightStream", "weight_command_layout", "channel_words", "block_words", "layer_words",
            "head_words", "pack_channels", "pack_blocks"]

@@ -1,3 +1,3 @@
-"""The integer golden model: the quantisation spec (``quant``, written once), the stored integer
+"""The integer golden model, on the quantisation spec written once in :mod:`sw.spec.quant`: the stored integer
 constants (``int8``, ``integer_path``), their calibration (``calibrate``; ``python -m sw.golden``),
 and the whole decode step in integers (``step``)."""

@@ -4,8 +4,8 @@
 scales of the MLP input, gate, up, SiLU output, gated product, MLP output, and of ``q`` and the
 previous frame's ``k`` for the temporal attention score. It quantises the MLP weights per output
 channel and turns every scale ratio into the integer ``(mult, shift)`` constants of
-``sw/golden/quant.py``. The result, :class:`IntegerPath`, computes the MLP and the replay decision with
-integer arithmetic only (:func:`sw.golden.quant.swiglu_int8`, :func:`sw.golden.quant.tas_int`); floating point
+``sw/spec/quant.py``. The result, :class:`IntegerPath`, computes the MLP and the replay decision with
+integer arithmetic only (:func:`sw.spec.quant.swiglu_int8`, :func:`sw.spec.quant.tas_int`); floating point
 appears only where a float activation enters (quantisation of ``x``, ``q``, ``k``) and where the
 int8 result leaves (``y_q * s_y``).
 
@@ -24,8 +24,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from sw.golden import quant
 from sw.golden.integer_path import IntegerPath, LayerInt, quantize_layer, quantize_layer_scales
+from sw.spec import quant
 
 __all__ = ["IntegerPath", "LayerInt", "quantize_layer", "quantize_layer_scales", "calibrate", "use_float64",
            "calibrate_default", "calibration_prompts", "integer_constants", "display_path",

@@ -44,7 +44,7 @@ from pathlib import Path
 import numpy as np
 
 from sw.atomic import OutputExistsError, atomic_file
-from sw.golden import quant
+from sw.spec import quant
 
 FILE_NAME = "int8.safetensors"
 FORMAT = "fastcar-hw-int8"

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from sw.golden import quant
+from sw.spec import quant
 
 
 @dataclass
@@ -19,7 +19,7 @@ class LayerInt:
     wg: np.ndarray              # int8 [d, d_ff]
     wu: np.ndarray              # int8 [d, d_ff]
     wd: np.ndarray              # int8 [d_ff, d]
-    consts: dict                # mult_*/shift_* and lut, as sw.golden.quant.swiglu_int8 wants them
+    consts: dict                # mult_*/shift_* and lut, as sw.spec.quant.swiglu_int8 wants them
     scales: dict = field(default_factory=dict)   # s_x, s_gate, s_up, s_act, s_h, s_y, s_q, s_k
 
 

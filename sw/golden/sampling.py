@@ -1,7 +1,7 @@
 """Samplers for :func:`sw.model.decoder.generate`: ``argmax(p / e)`` in integers, and its float twin.
 
 The whole decode step samples on chip (``docs/decoder.md``), so the token is drawn in integers by
-the rules of :mod:`sw.golden.quant` ("Sampling" in ``docs/quantization.md``): the LM head's int32
+the rules of :mod:`sw.spec.quant` ("Sampling" in ``docs/quantization.md``): the LM head's int32
 accumulators become base-2 Q16 logits, classifier-free guidance combines the conditional and
 unconditional rows, and the token is ``argmax(z + noise)``, the exponential-race (Gumbel-max) form
 of sampling from ``softmax``, with one xorshift32 word per image token and step.
@@ -18,7 +18,7 @@ import math
 
 import numpy as np
 
-from sw.golden import quant
+from sw.spec import quant
 
 __all__ = ["IntegerSampler", "GumbelSampler", "uniforms", "noise_atoms", "race_probabilities"]
 
@@ -36,7 +36,7 @@ def _check(seed, batch, cfg_scale, temperature, what):
 
 
 class _Streams:
-    """One xorshift32 stream per prompt (:func:`sw.golden.quant.sampler_state`)."""
+    """One xorshift32 stream per prompt (:func:`sw.spec.quant.sampler_state`)."""
 
     def __init__(self, seed: int, batch: int):
         self.seed, self.batch = int(seed), int(batch)
@@ -56,8 +56,8 @@ def uniforms(words) -> np.ndarray:
 
 
 class IntegerSampler:
-    """The on-chip sampler: :func:`~sw.golden.quant.cfg_logits_int`, :func:`~sw.golden.quant.noise_int`
-    and :func:`~sw.golden.quant.sample_int` on the LM head's accumulators over the image tokens.
+    """The on-chip sampler: :func:`~sw.spec.quant.cfg_logits_int`, :func:`~sw.spec.quant.noise_int`
+    and :func:`~sw.spec.quant.sample_int` on the LM head's accumulators over the image tokens.
 
     Parameters
     ----------
@@ -69,9 +69,9 @@ class IntegerSampler:
     seed, batch : int
         The generation seed and the number of prompts: prompt ``b`` draws from its own stream.
     cfg_scale : float or None
-        Classifier-free guidance (Q8, :func:`~sw.golden.quant.cfg_gain`); must match ``generate``'s.
+        Classifier-free guidance (Q8, :func:`~sw.spec.quant.cfg_gain`); must match ``generate``'s.
     temperature : float
-        Folded into the logits' constants (:func:`~sw.golden.quant.logit_consts`); 0 is greedy and
+        Folded into the logits' constants (:func:`~sw.spec.quant.logit_consts`); 0 is greedy and
         draws nothing.
 
     ``record``: one dict per call (``z`` Q16 logits, ``noise``, ``token``) when a list.
@@ -136,7 +136,7 @@ class GumbelSampler:
 
 
 def noise_atoms(tables=None) -> tuple[np.ndarray, np.ndarray]:
-    """Every value :func:`~sw.golden.quant.noise_int` takes over all ``2**32`` words, and its
+    """Every value :func:`~sw.spec.quant.noise_int` takes over all ``2**32`` words, and its
     probability, exactly: below ``2**9`` each odd ``w = 2 r + 1`` is its own case; above, the
     value depends only on ``w``'s bit length and its top 9 bits (``i`` and ``j``)."""
     K = quant.NOISE_TABLE_BITS
@@ -154,7 +154,7 @@ def noise_atoms(tables=None) -> tuple[np.ndarray, np.ndarray]:
 
 
 def race_probabilities(z, tables=None) -> np.ndarray:
-    """The exact probability that :func:`~sw.golden.quant.sample_int` draws each index of the Q16
+    """The exact probability that :func:`~sw.spec.quant.sample_int` draws each index of the Q16
     logits ``z`` [V] (independent words per index; ties, which favour the lower index, are
     counted for neither): what sampling from ``softmax(z / 2**16 * ln 2)`` should give."""
     v, p = noise_atoms(tables)

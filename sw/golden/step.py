@@ -1,6 +1,6 @@
 """The golden model of the whole decode step in integer arithmetic.
 
-Everything between the token id and the logits runs on integers by the rules of :mod:`sw.golden.quant`
+Everything between the token id and the logits runs on integers by the rules of :mod:`sw.spec.quant`
 (``docs/quantization.md``, "The whole decoder layer"): the embedding into the int32 residual
 stream, RMSNorm with an exact integer reciprocal square root, the q/k/v/o projections, RoPE from
 int16 tables, int32 attention scores with a base-2 integer softmax, the MLP with FastCar replay
@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from sw.golden import quant
 from sw.model.fastcar import attention_mask
+from sw.spec import quant
 
 
 def _mult_shift(scale, shift_max: int = quant.SHIFT_MAX):

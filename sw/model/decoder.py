@@ -37,7 +37,6 @@ from torch import nn
 from tqdm import tqdm
 
 from sw.config import ConfigError
-from sw.golden import quant
 from sw.model.fastcar import (
     DISTANCE_SCORES,
     DecodeStats,
@@ -48,6 +47,7 @@ from sw.model.fastcar import (
     mlp_flops_per_row,
     temporal_attention_score,
 )
+from sw.spec import quant
 
 __all__ = [
     "DecodeState",
@@ -843,7 +843,7 @@ class Decoder(nn.Module):
                     if want.shape != (b,) or want.dtype != torch.bool:
                         raise ValueError(f"replay rule of layer {li} returned {want.dtype} "
                                          f"{tuple(want.shape)}, expected bool ({b},)")
-                # The frame-0 rule and the drift guard: one rule, sw.golden.quant.replay_guard.
+                # The frame-0 rule and the drift guard: one rule, sw.spec.quant.replay_guard.
                 chain = None if state.chain is None else state.chain[li, index]
                 replay, forced, new_chain = quant.replay_guard(
                     want, frame, chain, refresh_every=fc.refresh_every, max_chain=fc.max_chain)

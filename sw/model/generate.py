@@ -88,13 +88,16 @@ def video_records(prompts, videos, stats, *, prompt_len: int, sparse) -> list[di
     return out
 
 
-def main(argv=None) -> int:
+def main(argv=None, *, prog: str | None = None, integer=None) -> int:
+    """The command. ``integer``: a callable ``integer(ckpt, args)`` that installs the integer path in
+    the checkpoint's model (``python -m sw.golden.generate`` passes the golden model's; this
+    package does not import it)."""
     from sw import operating_point
     from sw.atomic import atomic_file
     from sw.model.fastcar import FastCarConfig, SparseConfig
 
     op = operating_point.DEFAULT
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
     ap.add_argument("--prompt", action="append", help="a prompt (repeatable; default: the 4 default prompts)")
     ap.add_argument("--frames", type=int, default=8)
     ap.add_argument("--seed", type=int, default=0, help="sampling seed (default: %(default)s)")
@@ -106,8 +109,6 @@ def main(argv=None) -> int:
                     help="FastCar threshold (default: the operating point's)")
     ap.add_argument("--sinks", type=int, default=None, help="sparse attention: sink tokens")
     ap.add_argument("--window", type=int, default=None, help="sparse attention: local window (0: dense)")
-    ap.add_argument("--integer", action="store_true",
-                    help="run the MLP and the replay decision on the integer path (the golden model)")
     ap.add_argument("--checkpoint", type=Path, default=None,
                     help="checkpoint directory (default: the operating point's)")
     ap.add_argument("--out", type=Path, default=Path("build/generate/grid.png"))
@@ -130,12 +131,8 @@ def main(argv=None) -> int:
         if args.sinks is not None and args.window is None and not window:
             window = 16
         sparse = SparseConfig(sinks=sinks, window=window) if window else None
-        if args.integer:
-            from sw.golden.calibrate import calibrate, calibration_prompts
-
-            cal, unc = ckpt.layout.prompt_batch(calibration_prompts())
-            calibrate(ckpt.model, cal, min(args.frames, 8), cfg_scale=args.cfg or None,
-                      uncond_prompt_tokens=unc if args.cfg else None).install(ckpt.model)
+        if integer is not None:
+            integer(ckpt, args)
         videos, stats = generate_videos(ckpt, prompts, frames=args.frames, seed=args.seed,
                                         cfg_scale=args.cfg or None, fastcar=fastcar, sparse=sparse)
     except (ValueError, CheckpointError) as e:

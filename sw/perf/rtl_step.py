@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from sw.golden import quant
+from sw.spec import quant
 
 FEATURES = ("step", "sample", "position", "computed_row", "computing_group", "video_start")
 

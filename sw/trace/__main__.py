@@ -1,7 +1,7 @@
-"""``python -m sw.trace DIR``: validate a trace directory (:func:`sw.trace.store.main`)."""
+"""``python -m sw.trace DIR``: validate a trace directory (:func:`sw.trace.check.main`)."""
 
 import sys
 
-from sw.trace.store import main
+from sw.trace.check import main
 
 sys.exit(main())

@@ -3,7 +3,7 @@
 ``python sw/export_trace.py --corners`` writes it (``golden/corners/`` is the committed copy). It
 is built from constructed integers, not from the model: weights, constants, tables, MLP inputs
 and the q / k pairs whose TAS lands exactly where the rules turn. Its expected outputs come from
-the one spec (:mod:`sw.golden.quant`) like every other trace, so the RTL is checked on it exactly as on
+the one spec (:mod:`sw.spec.quant`) like every other trace, so the RTL is checked on it exactly as on
 a model trace (``nox -s sim -- --trace golden/corners``).
 
 What it holds (the manifest's ``corners`` field lists every group's classes and their counts):
@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from sw.golden import quant
+from sw.spec import quant
 
 SEED = 6
 FRAMES = 8
@@ -97,7 +97,7 @@ EXTREME_POSITIONS = (2, 3)
 
 def _stage_classes(p, shift) -> dict[str, np.ndarray]:
     """Masks of the classes of one requantisation stage, over ``p = acc * mult`` and ``shift``
-    broadcast to the same shape (the same arithmetic as :func:`sw.golden.quant.round_shift_rne`)."""
+    broadcast to the same shape (the same arithmetic as :func:`sw.spec.quant.round_shift_rne`)."""
     p, shift, q, r, half = quant.shift_parts(p, shift)
     tie = (shift > 0) & (r == half)
     y = quant.round_shift_rne(p, shift)
@@ -114,7 +114,7 @@ def _stage_classes(p, shift) -> dict[str, np.ndarray]:
 
 def mlp_classes(x, wg, wu, wd, c) -> list[set[str]]:
     """The requantisation classes each row of ``x`` [R, d] exercises in the SwiGLU MLP of one layer
-    (the stages of :func:`sw.golden.quant.swiglu_int8`)."""
+    (the stages of :func:`sw.spec.quant.swiglu_int8`)."""
     acc_g, acc_u = quant.matmul_int(x, wg), quant.matmul_int(x, wu)
     gate = quant.requantize(acc_g, c["mult_g"], c["shift_g"])
     up = quant.requantize(acc_u, c["mult_u"], c["shift_u"])

@@ -67,7 +67,7 @@ class DecodeTrace:
         return self.manifest["dims"]
 
     def layer_consts(self, layer: int) -> dict:
-        """Constants of one layer in the form :func:`sw.golden.quant.swiglu_int8` takes."""
+        """Constants of one layer in the form :func:`sw.spec.quant.swiglu_int8` takes."""
         names = ("mult_g", "shift_g", "mult_u", "shift_u", "lut", "mult_h", "shift_h", "mult_d", "shift_d")
         return {n: self.t[n][layer] for n in names}
 
@@ -127,7 +127,7 @@ def load_decode_trace(d, *, verify: bool = True) -> DecodeTrace:
 
 def _check_values(d: Path, man: dict, t: dict, dims: dict):
     """Refuse values that the integer spec or the accelerator cannot take, naming file and field."""
-    from sw.golden import quant
+    from sw.spec import quant
 
     def fail(name, what):
         raise TraceError(f"{d / man['tensors'][name]['file']}: field '{name}' {what}")
@@ -155,14 +155,14 @@ def _check_values(d: Path, man: dict, t: dict, dims: dict):
 def check_decode_trace(tr: DecodeTrace) -> str | None:
     """Recompute every group with the golden model; ``None`` if the trace is self-consistent.
 
-    Checks, group by group in decode order: the integer TAS equals :func:`sw.golden.quant.tas_int` (every
-    frame); every replay bit equals the replay rule (:func:`sw.golden.quant.replay_decision` against the
-    layer's threshold, then :func:`sw.golden.quant.replay_guard`: frame 0 computes, and the manifest's
+    Checks, group by group in decode order: the integer TAS equals :func:`sw.spec.quant.tas_int` (every
+    frame); every replay bit equals the replay rule (:func:`sw.spec.quant.replay_decision` against the
+    layer's threshold, then :func:`sw.spec.quant.replay_guard`: frame 0 computes, and the manifest's
     ``refresh_every`` / ``max_chain`` drift guard); computed rows' ``y`` equals
-    :func:`sw.golden.quant.swiglu_int8` of their ``x``; replayed rows' ``y`` equals the ``y`` used at the same
+    :func:`sw.spec.quant.swiglu_int8` of their ``x``; replayed rows' ``y`` equals the ``y`` used at the same
     (layer, index, row) one frame earlier (chaining).
     """
-    from sw.golden import quant
+    from sw.spec import quant
 
     decode = tr.manifest.get("decode", {})
     refresh_every, max_chain = decode.get("refresh_every"), decode.get("max_chain")

@@ -39,9 +39,9 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
 import numpy as np
 
 from sw.config import ConfigError
-from sw.golden import quant
 from sw.golden.calibrate import integer_constants
 from sw.model.fastcar import DEFAULT_TAU
+from sw.spec import quant
 from sw.trace.store import TraceError
 
 #: Default batch: two prompts, each with its conditional and unconditional (CFG) row.

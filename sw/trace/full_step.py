@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from sw.atomic import atomic_dir
-from sw.golden import quant
+from sw.spec import quant
 from sw.trace.format import FORMAT, MANIFEST, TraceError, load_tensor, read_manifest
 
 KIND = "fastcar_full_step"

@@ -52,8 +52,8 @@ from hw.accel.accelerator import coverage_events, same_row_finish_possible, sche
 from hw.accel.layouts import out_user_layout
 from hw.board.host import ctrl_word, group_frames, trace_layers, unpack_y
 from sw.config import AccelConfig
-from sw.golden import quant
 from sw.perf.cycles import trace_cycles
+from sw.spec import quant
 from sw.trace.corners import REQUANT_CLASSES, group_rules
 from sw.trace.decode import load_decode_trace, select_groups
 from tb.cache import cached_array, cached_config_words

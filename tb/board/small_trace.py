@@ -6,7 +6,7 @@ writes one in the standard format (``golden/README.md``): random int8 weights an
 constants per layer, random rows, and for frames after the first a ``k_prev`` that either equals
 ``q`` (the score clears the threshold: replay) or is its negation (compute), so both decisions and
 replay chains occur. The outputs follow the trace rules exactly (``sw.trace.decode.check_decode_trace``
-recomputes them): a computed row is ``sw.golden.quant.swiglu_int8`` of its input, a replayed row is the
+recomputes them): a computed row is ``sw.spec.quant.swiglu_int8`` of its input, a replayed row is the
 output used one frame earlier at the same layer, position and row.
 """
 
@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from sw.config import AccelConfig
-from sw.golden import quant
+from sw.spec import quant
 from sw.trace.decode import write_decode_trace
 
 __all__ = ["SMALL_ACCEL", "write_small_trace"]

@@ -56,8 +56,8 @@ from hw.step.step_memory import kv_entry_words
 from hw.step.tas_tap import decision_layout
 from hw.step.weight_stream import pack_blocks, pack_channels
 from sw.config import AccelConfig
-from sw.golden import quant
 from sw.perf.rtl_step import sdram_beat_every
+from sw.spec import quant
 from sw.trace.full_step import load_full_step
 from tb.stalls import random_pauses
 from tb.step.bench import (

@@ -23,7 +23,7 @@ from cocotb.triggers import RisingEdge
 from cocotbext.axi import AxiStreamFrame
 
 from hw.step.projection import projection_in_layout, projection_out_layout
-from sw.golden import quant
+from sw.spec import quant
 from sw.trace.full_step import load_full_step
 from tb.step.bench import Bench, fields, pack, plant_index, unpack
 from tb.step.cocotb_softmax import selected_steps

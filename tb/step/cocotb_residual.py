@@ -19,7 +19,7 @@ from cocotb.triggers import RisingEdge
 from cocotbext.axi import AxiStreamFrame
 
 from hw.step.residual import residual_in_layout, residual_out_layout
-from sw.golden import quant
+from sw.spec import quant
 from sw.trace.full_step import load_full_step
 from tb.step.bench import Bench, fields, pack, plant_index, unpack
 

@@ -23,7 +23,7 @@ from cocotbext.axi import AxiStreamFrame, AxiStreamSink, AxiStreamSource
 from hw.step.rmsnorm import rmsnorm_in_layout
 from hw.step.sampler import sampler_out_layout, sampler_z_layout, seed_layout
 from hw.step.token_head import head_weight_layout
-from sw.golden import quant
+from sw.spec import quant
 from sw.trace.full_step import load_full_step
 from tb.step.bench import CLOCK_NS, Bench, fields, pack, plant_index, stream_model, unpack, weight_frames
 
