@@ -88,7 +88,7 @@ def _spec_steps(spec: str) -> list[int]:
 
 def _simulate(share, variant: str, sdram: float, tmp: Path) -> dict:
     """Run ``share`` one after another on the build ``variant``; their wall times in seconds."""
-    from tb.step.test_step import run_decode_step
+    from tb.step.runner import run_decode_step
 
     seconds = {}
     for r in share:

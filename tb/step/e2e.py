@@ -94,7 +94,7 @@ def _measure(todo, variant: str, sdram: float, out: Path, deadline: float) -> li
 
     from sw.atomic import atomic_file
     from tb.step.calibrate import trace_dir
-    from tb.step.test_step import run_decode_step
+    from tb.step.runner import run_decode_step
 
     done = []
     while time.time() <= deadline:

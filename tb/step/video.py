@@ -27,7 +27,7 @@ def run(out: Path, prompts, mode_flags, *, force: bool, sdram: float = 0.0) -> d
     from sw.model.data import save_grid_png
     from sw.trace.export import main as export_main
     from sw.trace.full_step import load_full_step
-    from tb.step.test_step import run_decode_step
+    from tb.step.runner import run_decode_step
 
     with atomic_dir(out, force=force) as tmp:
         trace = tmp / "trace"
