@@ -67,7 +67,73 @@ def initvals(init, data_width: int) -> list[int]:
             for i in range(INITVALS)]
 
 
-class Bram(wiring.Component):
+class _OneBlock:
+    """What :class:`Bram` and :class:`BramTdp` share: one DP16KD's shape, checked once."""
+
+    def _setup(self, width: int, depth: int, init, primitive) -> None:
+        name = type(self).__name__
+        self._dw = data_width_for(width, depth)
+        init = list(init)
+        if len(init) > depth:
+            raise ValueError(f"{name} init has {len(init)} words, more than depth {depth}")
+        for addr, v in enumerate(init):
+            if not isinstance(v, int) or not 0 <= v < (1 << width):
+                raise ValueError(f"{name} init word {addr} must be an integer in 0..{(1 << width) - 1}, "
+                                 f"not {v!r}")
+        if primitive not in (None, True, False):
+            raise TypeError(f"{name} primitive must be None, True or False, not {primitive!r}")
+        self._width, self._depth, self._init, self._primitive_choice = width, depth, init, primitive
+        self._abits = ceil_log2(depth)
+
+    @property
+    def width(self) -> int:
+        return self._width
+
+    @property
+    def depth(self) -> int:
+        return self._depth
+
+    @property
+    def data_width(self) -> int:
+        """The ``DATA_WIDTH_A/B`` of the DP16KD."""
+        return self._dw
+
+    @property
+    def init(self) -> list[int]:
+        return list(self._init)
+
+    def _instance(self, m, *, ada, adb, dia, dob, we_a, oce_a, ce_b, oce_b, doa=None) -> None:
+        """The ``DP16KD`` instance: both ports on ``sync``, both read registers in ``OUTREG``, port
+        B never writing; ``doa`` (port A's read data) only where port A reads."""
+        ports = {}
+        for i in range(14):
+            ports[f"i_ADA{i}"] = ada[i]
+            ports[f"i_ADB{i}"] = adb[i]
+        for i in range(18):
+            ports[f"i_DIA{i}"] = dia[i]
+            ports[f"i_DIB{i}"] = Const(0)
+            if doa is not None:
+                ports[f"o_DOA{i}"] = doa[i]
+            ports[f"o_DOB{i}"] = dob[i]
+        for i in range(3):
+            ports[f"i_CSA{i}"] = Const(0)
+            ports[f"i_CSB{i}"] = Const(0)
+        params = {f"p_INITVAL_{i:02X}": Const(v, 320)
+                  for i, v in enumerate(initvals(self._init, self._dw))}
+        m.submodules.ebr = Instance(
+            "DP16KD",
+            p_DATA_WIDTH_A=self._dw, p_DATA_WIDTH_B=self._dw,
+            p_REGMODE_A="OUTREG", p_REGMODE_B="OUTREG",
+            p_WRITEMODE_A="NORMAL", p_WRITEMODE_B="NORMAL",
+            p_CSDECODE_A="0b000", p_CSDECODE_B="0b000",
+            p_RESETMODE="SYNC", p_ASYNC_RESET_RELEASE="SYNC", p_GSR="DISABLED",
+            i_CLKA=ClockSignal("sync"), i_CEA=Const(1), i_OCEA=oce_a, i_WEA=we_a, i_RSTA=Const(0),
+            i_CLKB=ClockSignal("sync"), i_CEB=ce_b, i_OCEB=oce_b, i_WEB=Const(0), i_RSTB=Const(0),
+            **params, **ports,
+        )
+
+
+class Bram(_OneBlock, wiring.Component):
     """Simple dual-port block RAM: write on port A, read on port B, read data registered twice.
 
     On an ECP5 platform this is one hand-instantiated ``DP16KD`` with ``REGMODE_B = "OUTREG"``,
@@ -129,40 +195,12 @@ class Bram(wiring.Component):
     latency = 2
 
     def __init__(self, width: int, depth: int, *, init=(), primitive: bool | None = None):
-        self._dw = data_width_for(width, depth)
-        init = list(init)
-        if len(init) > depth:
-            raise ValueError(f"Bram init has {len(init)} words, more than depth {depth}")
-        for addr, v in enumerate(init):
-            if not isinstance(v, int) or not 0 <= v < (1 << width):
-                raise ValueError(f"Bram init word {addr} must be an integer in 0..{(1 << width) - 1}, "
-                                 f"not {v!r}")
-        if primitive not in (None, True, False):
-            raise TypeError(f"Bram primitive must be None, True or False, not {primitive!r}")
-        self._width, self._depth, self._init, self._primitive_choice = width, depth, init, primitive
-        self._abits = ceil_log2(depth)
+        self._setup(width, depth, init, primitive)
         super().__init__({
             "w_addr": In(self._abits), "w_data": In(width), "w_en": In(1),
             "r_addr": In(self._abits), "r_en": In(1, init=1), "r_ce_out": In(1, init=1),
             "r_data": Out(width),
         })
-
-    @property
-    def width(self) -> int:
-        return self._width
-
-    @property
-    def depth(self) -> int:
-        return self._depth
-
-    @property
-    def data_width(self) -> int:
-        """The ``DATA_WIDTH_A/B`` of the DP16KD."""
-        return self._dw
-
-    @property
-    def init(self) -> list[int]:
-        return list(self._init)
 
     def elaborate(self, platform):
         m = Module()
@@ -202,32 +240,8 @@ class Bram(wiring.Component):
             dia.eq(self.w_data),
             self.r_data.eq(dob[:self._width]),
         ]
-        ports = {}
-        for i in range(14):
-            ports[f"i_ADA{i}"] = ada[i]
-            ports[f"i_ADB{i}"] = adb[i]
-        for i in range(18):
-            ports[f"i_DIA{i}"] = dia[i]
-            ports[f"i_DIB{i}"] = Const(0)
-            ports[f"o_DOB{i}"] = dob[i]
-        for i in range(3):
-            ports[f"i_CSA{i}"] = Const(0)
-            ports[f"i_CSB{i}"] = Const(0)
-        params = {f"p_INITVAL_{i:02X}": Const(v, 320)
-                  for i, v in enumerate(initvals(self._init, self._dw))}
-        m.submodules.ebr = Instance(
-            "DP16KD",
-            p_DATA_WIDTH_A=self._dw, p_DATA_WIDTH_B=self._dw,
-            p_REGMODE_A="OUTREG", p_REGMODE_B="OUTREG",
-            p_WRITEMODE_A="NORMAL", p_WRITEMODE_B="NORMAL",
-            p_CSDECODE_A="0b000", p_CSDECODE_B="0b000",
-            p_RESETMODE="SYNC", p_ASYNC_RESET_RELEASE="SYNC", p_GSR="DISABLED",
-            i_CLKA=ClockSignal("sync"), i_CEA=Const(1), i_OCEA=Const(0), i_WEA=self.w_en,
-            i_RSTA=Const(0),
-            i_CLKB=ClockSignal("sync"), i_CEB=self.r_en, i_OCEB=self.r_ce_out, i_WEB=Const(0),
-            i_RSTB=Const(0),
-            **params, **ports,
-        )
+        self._instance(m, ada=ada, adb=adb, dia=dia, dob=dob, we_a=self.w_en, oce_a=Const(0),
+                       ce_b=self.r_en, oce_b=self.r_ce_out)
 
 
 class BramReference:
@@ -282,7 +296,7 @@ class BramPair(wiring.Component):
         return m
 
 
-class BramTdp(wiring.Component):
+class BramTdp(_OneBlock, wiring.Component):
     """True dual-port block RAM: port A reads or writes, port B reads; both reads registered twice.
 
     On an ECP5 platform this is one hand-instantiated ``DP16KD`` in true dual-port mode with
@@ -334,39 +348,11 @@ class BramTdp(wiring.Component):
     latency = 2
 
     def __init__(self, width: int, depth: int, *, init=(), primitive: bool | None = None):
-        self._dw = data_width_for(width, depth)
-        init = list(init)
-        if len(init) > depth:
-            raise ValueError(f"BramTdp init has {len(init)} words, more than depth {depth}")
-        for addr, v in enumerate(init):
-            if not isinstance(v, int) or not 0 <= v < (1 << width):
-                raise ValueError(f"BramTdp init word {addr} must be an integer in 0..{(1 << width) - 1}, "
-                                 f"not {v!r}")
-        if primitive not in (None, True, False):
-            raise TypeError(f"BramTdp primitive must be None, True or False, not {primitive!r}")
-        self._width, self._depth, self._init, self._primitive_choice = width, depth, init, primitive
-        self._abits = ceil_log2(depth)
+        self._setup(width, depth, init, primitive)
         super().__init__({
             "a_addr": In(self._abits), "a_wdata": In(width), "a_we": In(1), "a_rdata": Out(width),
             "b_addr": In(self._abits), "b_rdata": Out(width),
         })
-
-    @property
-    def width(self) -> int:
-        return self._width
-
-    @property
-    def depth(self) -> int:
-        return self._depth
-
-    @property
-    def data_width(self) -> int:
-        """The ``DATA_WIDTH_A/B`` of the DP16KD."""
-        return self._dw
-
-    @property
-    def init(self) -> list[int]:
-        return list(self._init)
 
     def elaborate(self, platform):
         m = Module()
@@ -407,33 +393,8 @@ class BramTdp(wiring.Component):
             self.a_rdata.eq(doa[:self._width]),
             self.b_rdata.eq(dob[:self._width]),
         ]
-        ports = {}
-        for i in range(14):
-            ports[f"i_ADA{i}"] = ada[i]
-            ports[f"i_ADB{i}"] = adb[i]
-        for i in range(18):
-            ports[f"i_DIA{i}"] = dia[i]
-            ports[f"i_DIB{i}"] = Const(0)
-            ports[f"o_DOA{i}"] = doa[i]
-            ports[f"o_DOB{i}"] = dob[i]
-        for i in range(3):
-            ports[f"i_CSA{i}"] = Const(0)
-            ports[f"i_CSB{i}"] = Const(0)
-        params = {f"p_INITVAL_{i:02X}": Const(v, 320)
-                  for i, v in enumerate(initvals(self._init, self._dw))}
-        m.submodules.ebr = Instance(
-            "DP16KD",
-            p_DATA_WIDTH_A=self._dw, p_DATA_WIDTH_B=self._dw,
-            p_REGMODE_A="OUTREG", p_REGMODE_B="OUTREG",
-            p_WRITEMODE_A="NORMAL", p_WRITEMODE_B="NORMAL",
-            p_CSDECODE_A="0b000", p_CSDECODE_B="0b000",
-            p_RESETMODE="SYNC", p_ASYNC_RESET_RELEASE="SYNC", p_GSR="DISABLED",
-            i_CLKA=ClockSignal("sync"), i_CEA=Const(1), i_OCEA=Const(1), i_WEA=self.a_we,
-            i_RSTA=Const(0),
-            i_CLKB=ClockSignal("sync"), i_CEB=Const(1), i_OCEB=Const(1), i_WEB=Const(0),
-            i_RSTB=Const(0),
-            **params, **ports,
-        )
+        self._instance(m, ada=ada, adb=adb, dia=dia, dob=dob, doa=doa, we_a=self.a_we, oce_a=Const(1),
+                       ce_b=Const(1), oce_b=Const(1))
 
 
 class BramTdpReference:
