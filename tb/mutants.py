@@ -65,7 +65,7 @@ def _m(name, what, path, old, new, *tests):
 
 MUTANTS = [
     _m("lane-saturate-127", "requantiser lane saturates negative values at -127 instead of -128",
-       "hw/accel/requant_lane.py", "m.d.comb += y.eq(-(1 << (n - 1)))",
+       "hw/lib/requant_lane.py", "m.d.comb += y.eq(-(1 << (n - 1)))",
        "m.d.comb += y.eq(-(1 << (n - 1)) + 1)",
        "tests/test_requant_lane.py"),
     _m("golden-round-ties-odd", "golden model rounds ties to odd (sw/spec/quant.py only)",
@@ -137,15 +137,15 @@ MUTANTS = [
        "sw/spec/quant.py", "bit_length() + 1", "bit_length()",
        "tests/test_config.py::test_mv_geometry_of_the_default", f"{_F}[mv_unit_width]"),
     _m("lane-saturate-no-carry", "requantiser lane: 127 + a rounding increment wraps to -128 (the carry into "
-       "bit 7 not seen)", "hw/accel/requant_lane.py", "hi.eq(~sign & (~zero | (up & inc[-1])))",
+       "bit 7 not seen)", "hw/lib/requant_lane.py", "hi.eq(~sign & (~zero | (up & inc[-1])))",
        "hi.eq(~sign & ~zero)",
        "tests/test_requant_lane.py"),
     _m("lane-upper-mask-late", "requantiser lane: the upper-bits mask starts a bit late, so a value of "
-       "128-255 after the shift is not saturated", "hw/accel/requant_lane.py",
+       "128-255 after the shift is not saturated", "hw/lib/requant_lane.py",
        "mask[i].eq(shift <= i - k if i >= k else 0)",
        "mask[i].eq(shift <= i - k - 1 if i >= k else 0)", "tests/test_requant_lane.py"),
     _m("lane-round-half-up", "requantiser lane rounds ties up, not to even",
-       "hw/accel/requant_lane.py", "up.eq(round4 & (sticky4 | q4[0]))", "up.eq(round4)",
+       "hw/lib/requant_lane.py", "up.eq(round4 & (sticky4 | q4[0]))", "up.eq(round4)",
        "tests/test_requant_lane.py"),
     _m("mv-core-acc-overwrites", "core: a D pass overwrites the row's accumulator instead of adding",
        "hw/accel/mv_core.py", "Mux(r_touched, r_old[n] + r_sum[n], r_sum[n])", "r_sum[n]",
@@ -169,13 +169,13 @@ MUTANTS = [
        "hw/accel/weight_store.py", "reg(onehot_bank(self.r_addr[p]),", "reg(onehot_bank(self.r_addr[0]),",
        "tests/test_weight_store.py"),
     _m("mv-unit-tree-narrow", "matrix-vector unit: every adder-tree stage one bit too narrow",
-       "hw/accel/mv_unit.py", "width = 2 * OPERAND_BITS + level + 1", "width = 2 * OPERAND_BITS + level",
+       "hw/lib/mv_unit.py", "width = 2 * OPERAND_BITS + level + 1", "width = 2 * OPERAND_BITS + level",
        "tests/test_mv_unit.py"),
     _m("mv-unit-first-ignored", "matrix-vector unit: a run's first beat adds to the previous run's sums",
-       "hw/accel/mv_unit.py", "Mux(first, 0, acc_reg) + tree", "acc_reg + tree",
+       "hw/lib/mv_unit.py", "Mux(first, 0, acc_reg) + tree", "acc_reg + tree",
        "tests/test_mv_unit.py"),
     _m("mv-unit-weight-transposed", "matrix-vector unit: weight (n, k) taken from position (k, n)",
-       "hw/accel/mv_unit.py", "self.i.payload.w[n * n_in + k]", "self.i.payload.w[(k * n_out + n) % (n_in * n_out)]",
+       "hw/lib/mv_unit.py", "self.i.payload.w[n * n_in + k]", "self.i.payload.w[(k * n_out + n) % (n_in * n_out)]",
        "tests/test_mv_unit.py"),
     _m("mv-core-first-beat", "core: a pass's accumulation starts at its second beat",
        "hw/accel/mv_core.py", "desc.first.eq(ib == 0)", "desc.first.eq(ib == 1)",
@@ -274,7 +274,7 @@ MUTANTS = [
        "m.d.comb += to_boundary.eq(to_boundary_max - addr[size:ceil_log2(BOUNDARY_BYTES)])",
        "m.d.comb += to_boundary.eq(to_boundary_max)", "tests/test_axi_reader.py"),
     _m("axi-reader-no-credit", "AXI reader: a burst is asked for whatever the buffer holds, so the words "
-       "requested may outgrow it", "hw/step/axi_reader.py", "(owed + n <= D)", "(owed + n <= 2 * D)",
+       "requested may outgrow it", "hw/lib/axi_reader.py", "(owed + n <= D)", "(owed + n <= 2 * D)",
        "tests/test_axi_reader.py"),
     _m("row-runs-first-row", "row runs: every run of a group reads the group's first row (the token head's "
        "guidance compares a row with itself)", "hw/step/row_runs.py", "xr.addr.eq((g + G * t) * K + k)",
@@ -283,7 +283,7 @@ MUTANTS = [
        "every row computes", "hw/accel/accelerator.py", "given.replay.eq(r.replay)", "given.replay.eq(0)",
        "tests/test_accelerator_sim.py"),
     _m("axi-writer-wlast-early", "AXI writer: wlast a word early, so each burst ends before its last word",
-       "hw/step/axi_writer.py", "w_last.eq(beat == lens.r_data - 1)", "w_last.eq(beat + 2 == lens.r_data)",
+       "hw/lib/axi_writer.py", "w_last.eq(beat == lens.r_data - 1)", "w_last.eq(beat + 2 == lens.r_data)",
        "tests/test_axi_writer.py"),
     _m("qkv-k-not-rotated", "q/k/v front: the second RoPE pass rotates q again, so k leaves as a rotated q",
        "hw/step/qkv.py", "rope.i.p.x.eq(Mux(sent == 0, q, k))", "rope.i.p.x.eq(Mux(sent == 0, q, q))",
@@ -298,7 +298,7 @@ MUTANTS = [
        "never scores it", "hw/step/step_memory.py", "kv_tas.eq(this_pos == k.mark)", "kv_tas.eq(0)",
        "tests/test_step_memory.py"),
     _m("axi-reader-rready-early", "AXI read manager: rready before the burst's record is in its queue, so "
-       "a prompt memory's answer takes the record of the burst before", "hw/step/axi_reader.py",
+       "a prompt memory's answer takes the record of the burst before", "hw/lib/axi_reader.py",
        "bus.rready.eq(bursts.r_rdy)", "bus.rready.eq(1)", "tests/test_step_memory.py"),
     _m("channel-join-stale", "channel join: a group's constants are not taken again, so every group "
        "gets the first's", "hw/step/channel_join.py", "m.d.sync += got.eq(0)", "m.d.sync += got.eq(got)",

@@ -11,7 +11,7 @@ from amaranth.lib import wiring
 from amaranth.sim import Simulator
 
 from hw.lib.axi_read_mux import AxiReadMux
-from hw.step.axi_reader import AxiReader
+from hw.lib.axi_reader import AxiReader
 
 NB = 8
 

@@ -8,7 +8,7 @@ import pytest
 from amaranth.sim import Simulator
 
 from hw.lib.axi import BOUNDARY_BYTES
-from hw.step.axi_reader import AxiReader
+from hw.lib.axi_reader import AxiReader
 
 NB = 8
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from amaranth.sim import Simulator
 
-from hw.step.axi_writer import AxiWriter
+from hw.lib.axi_writer import AxiWriter
 from tests.test_axi_reader import NB, REGIONS, bursts_of
 
 

@@ -26,12 +26,12 @@ CFG = DEFAULT_ACCEL
 
 def test_latencies_are_the_blocks_own():
     from hw.accel.mv_core import mv_acc_bits
-    from hw.accel.mv_unit import MvUnit
     from hw.accel.replay_cache import ReplayCache
-    from hw.accel.requant_lane import RequantLane
     from hw.accel.tas_group import TasGroup
     from hw.accel.weight_store import WeightStore
     from hw.lib.mult18 import Mult18
+    from hw.lib.mv_unit import MvUnit
+    from hw.lib.requant_lane import RequantLane
     from hw.lib.skid import SkidBuffer
 
     lat = Latencies(CFG)

@@ -16,8 +16,8 @@ from amaranth.back import rtlil, verilog
 from amaranth.hdl import Fragment
 from amaranth.sim import Simulator
 
-from hw.accel.mv_unit import MvUnit, tree_levels, tree_width
 from hw.flow.synth import BUILD_OVERRIDES
+from hw.lib.mv_unit import MvUnit, tree_levels, tree_width
 from sw.config import DEFAULT_ACCEL
 from sw.spec import quant
 from tests.fragments import Ecp5Stub, instances

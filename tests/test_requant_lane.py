@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from amaranth.hdl import Const, Signal
 
-from hw.accel.requant_lane import MUX2_INIT, RequantLane, shift_right
+from hw.lib.requant_lane import MUX2_INIT, RequantLane, shift_right
 from sw.spec import quant
 from tests import lanes
 

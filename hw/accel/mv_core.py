@@ -6,11 +6,11 @@ from amaranth.lib.wiring import In, Out
 
 from hw.accel.layouts import h_params_layout, job_layout, lut_address, lut_load_layout
 from hw.accel.mv_layout import pass_lengths
-from hw.accel.mv_unit import MvUnit
-from hw.accel.requant_lane import MUX2_INIT, RequantLane
 from hw.lib.bram import Bram, widest_data_width
 from hw.lib.ff_copies import ff_copies, word_copies
 from hw.lib.mult18 import Mult18, is_ecp5
+from hw.lib.mv_unit import MvUnit
+from hw.lib.requant_lane import MUX2_INIT, RequantLane
 from hw.lib.widths import index_bits, mul_const
 from sw.config import AccelConfig
 from sw.spec import quant
@@ -128,14 +128,14 @@ def mv_acc_bits(cfg: AccelConfig) -> int:
 
 
 class MvCore(wiring.Component):
-    """A v2 MLP core: hidden chunks of the int8 SwiGLU MLP on one :class:`hw.accel.mv_unit.MvUnit`.
+    """A v2 MLP core: hidden chunks of the int8 SwiGLU MLP on one :class:`hw.lib.mv_unit.MvUnit`.
 
     A job is one hidden chunk ``c`` of one row (``x``, ``layer``, ``chunk``, ``tag``); the core
     runs it as two passes over weight blocks read from a :class:`hw.accel.weight_store.WeightStore`
     port, one block per cycle (order and addresses in :mod:`hw.accel.mv_layout`):
 
     * **GU pass**: gate and up sums of the chunk's ``F`` hidden channels, output block by output
-      block. Each block of ``mv_out`` sums is serialised into one :class:`hw.accel.requant_lane.RequantLane`
+      block. Each block of ``mv_out`` sums is serialised into one :class:`hw.lib.requant_lane.RequantLane`
       (per-channel constants from the core's gate/up table); a gate code goes through the
       layer's SiLU table, an up code is multiplied by the stored SiLU value of its channel and
       requantised by a second lane (the layer's ``mult_h, shift_h``) into ``h``

@@ -7,8 +7,8 @@ from amaranth.lib.wiring import In, Out
 from hw.accel.layouts import h_params_layout, row_out_layout
 from hw.accel.mv_core import done_layout
 from hw.accel.mv_layout import pass_lengths
-from hw.accel.requant_lane import RequantLane
 from hw.lib.ff_copies import word_copies
+from hw.lib.requant_lane import RequantLane
 from hw.lib.widths import index_bits, mul_const
 from sw.config import AccelConfig
 
@@ -31,7 +31,7 @@ class RowOut(wiring.Component):
 
     One output block of ``mv_out`` channels per cycle: the read address in cycle t, the cores'
     blocks and the table entry in t + 1, their sum registered in t + 2, ``mv_out``
-    :class:`hw.accel.requant_lane.RequantLane` after that; the int8 block lands in the output row
+    :class:`hw.lib.requant_lane.RequantLane` after that; the int8 block lands in the output row
     register. The row leaves on ``o`` and the next finished row starts once it has been taken,
     so ``o.ready`` only ever gates one flag.
 

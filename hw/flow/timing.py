@@ -82,7 +82,7 @@ def _weights(cfg):
 
 
 def _mv(cfg):
-    from hw.accel.mv_unit import MvUnit
+    from hw.lib.mv_unit import MvUnit
     from sw.spec.quant import sum_bits
     return MvUnit(cfg.mv_in, cfg.mv_out, max(cfg.gu_sum_bits, sum_bits(cfg.chunk_width)))
 

@@ -4,8 +4,8 @@ from amaranth import *
 from amaranth.hdl import Assert, Assume
 from amaranth.utils import ceil_log2
 
-from hw.accel.mv_unit import MvUnit
 from hw.formal.harness import Internals, PropertyWrapper, in_ports
+from hw.lib.mv_unit import MvUnit
 from sw.spec import quant
 
 #: The largest int8 product, (-128) x (-128).
@@ -18,7 +18,7 @@ REF_BITS = 40
 
 
 class MvUnitWidth(PropertyWrapper):
-    """Exact-arithmetic scoreboard of a :class:`hw.accel.mv_unit.MvUnit` with ``acc_bits =
+    """Exact-arithmetic scoreboard of a :class:`hw.lib.mv_unit.MvUnit` with ``acc_bits =
     sw.spec.quant.sum_bits(n_in * beats)``: the width a caller gives it for runs of at most
     ``beats`` beats (``MvCore`` sizes it this way for its ``d_model / mv_in``-beat GU runs).
 

@@ -138,7 +138,7 @@ PROPERTIES = [
                                        lanes=TINY_ACCEL.tas_lanes, dut_class=cls), "bmc", 28),
     # --- widths --------------------------------------------------------------------------------
     Property("mv_unit_width", "matrix-vector unit (4 x 2, runs of 4 beats): every adder-tree stage "
-             "and accumulator holds the exact sum (int8 operands, no wrap)", "hw/accel/mv_unit.py", "MvUnit",
+             "and accumulator holds the exact sum (int8 operands, no wrap)", "hw/lib/mv_unit.py", "MvUnit",
              lambda cls: MvUnitWidth(n_in=4, n_out=2, beats=4, dut_class=cls), "bmc", 12),
 ]
 

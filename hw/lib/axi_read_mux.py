@@ -19,7 +19,7 @@ class AxiReadMux(wiring.Component):
     AXI4 requires. Each burst leaves with ``arid`` = the manager's index and its data beats go back
     to the manager its ``rid`` names, so a memory may answer the managers' bursts in any order. A
     manager must take its data beats without waiting on another manager (as
-    :class:`hw.step.axi_reader.AxiReader` does: it asks only for bursts its buffer has room for),
+    :class:`hw.lib.axi_reader.AxiReader` does: it asks only for bursts its buffer has room for),
     or the port blocks.
 
     Parameters

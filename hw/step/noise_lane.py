@@ -25,7 +25,7 @@ class NoiseLane(wiring.Component):
     """``-log2(e) * 2**16`` of the exponential draw of each word, exactly
     :func:`sw.spec.quant.noise_int`, one word in and one value out per cycle, fixed latency.
 
-    Stages (like :class:`hw.accel.requant_lane.RequantLane`, no backpressure, every output taken):
+    Stages (like :class:`hw.lib.requant_lane.RequantLane`, no backpressure, every output taken):
 
     1. ``w = 2 r + 1`` (33 bits) and its leading one ``b``, a priority encoder; ``j``, the word's
        top 8 bits, addresses the ``G`` table.

@@ -1,11 +1,12 @@
 """A row times a weight matrix on the MLP's MAC unit: the step's q/k/v/o projections and its LM head."""
 
 from amaranth import *
-from amaranth.lib import data, fifo, stream, wiring
+from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from hw.accel.mv_unit import MvUnit, mv_latency
-from hw.accel.requant_lane import RequantLane
+from hw.lib.credit_queue import CreditQueue
+from hw.lib.mv_unit import MvUnit, mv_latency
+from hw.lib.requant_lane import RequantLane
 from sw.spec import quant
 
 __all__ = ["Projection", "projection_in_layout", "projection_out_layout"]
@@ -40,9 +41,9 @@ class Projection(wiring.Component):
     block's, and the LM head, whose is the sampler's).
 
     A run of ``d_in / n_in`` beats makes one block of outputs: the MLP's matrix-vector unit
-    (:class:`hw.accel.mv_unit.MvUnit`, ``n_in x n_out`` MACs a cycle) accumulates it, and its
+    (:class:`hw.lib.mv_unit.MvUnit`, ``n_in x n_out`` MACs a cycle) accumulates it, and its
     constants and ``end`` travel beside the unit in a register chain to ``n_out`` requantiser lanes
-    (:class:`hw.accel.requant_lane.RequantLane`, the MLP's). The weights arrive with the row's
+    (:class:`hw.lib.requant_lane.RequantLane`, the MLP's). The weights arrive with the row's
     elements, as a weight stream from memory would bring them. ``i`` is taken while fewer than
     ``queue_depth`` blocks are in flight or queued, so nothing inside stalls.
 
@@ -88,10 +89,10 @@ class Projection(wiring.Component):
         NI, NO, depth = self._n_in, self._n_out, self._depth
 
         # ---- credits: a block in flight or queued holds one ---------------------------------------
-        inflight = Signal(range(depth + 1))
-        take, gone = Signal(), Signal()
-        m.d.comb += [self.i.ready.eq(inflight < depth), take.eq(self.i.valid & self.i.ready)]
-        m.d.sync += inflight.eq(inflight + (take & self.i.p.last) - gone)
+        m.submodules.queue = queue = CreditQueue(self.o.p.shape(), depth)
+        take = Signal()
+        m.d.comb += [self.i.ready.eq(queue.room), take.eq(self.i.valid & self.i.ready),
+                     queue.take.eq(take & self.i.p.last)]
 
         # ---- the MAC unit: a run from the beat after a last (or reset) to its last -----------------
         first = Signal(init=1)
@@ -133,8 +134,6 @@ class Projection(wiring.Component):
             m.d.comb += [out.data.y.eq(mac.o.p), out.last.eq(side.end)]
 
         # ---- the queue ----------------------------------------------------------------------------
-        m.submodules.queue = queue = fifo.SyncFIFOBuffered(width=len(out.as_value()), depth=depth)
-        m.d.comb += [queue.w_en.eq(valid), queue.w_data.eq(out),
-                     self.o.valid.eq(queue.r_rdy), self.o.payload.eq(queue.r_data),
-                     queue.r_en.eq(self.o.ready), gone.eq(self.o.valid & self.o.ready)]
+        m.d.comb += [queue.i.valid.eq(valid), queue.i.payload.eq(out)]
+        wiring.connect(m, queue.o, wiring.flipped(self.o))
         return m

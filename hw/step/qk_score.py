@@ -1,10 +1,11 @@
 """One head's attention scores ``q . k_j``, one attended position a cycle, on the MLP's MAC unit."""
 
 from amaranth import *
-from amaranth.lib import data, fifo, stream, wiring
+from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from hw.accel.mv_unit import MvUnit, mv_latency, tree_width
+from hw.lib.credit_queue import CreditQueue
+from hw.lib.mv_unit import MvUnit, mv_latency, tree_width
 from sw.spec import quant
 
 __all__ = ["QkScore", "qk_in_layout", "qk_out_layout"]
@@ -37,7 +38,7 @@ class QkScore(wiring.Component):
     ``|q . k| <= head_dim * 2**14``), passed on with ``v_j`` (what :class:`hw.step.softmax_av.SoftmaxAv`
     takes) and the position's marks (what :class:`hw.step.tas_tap.TasTap` takes).
 
-    The dot product is the MLP's matrix-vector unit (:class:`hw.accel.mv_unit.MvUnit`) with
+    The dot product is the MLP's matrix-vector unit (:class:`hw.lib.mv_unit.MvUnit`) with
     ``n_in = head_dim`` and one output: ``k_j`` as its activations, ``q`` as its weights, every
     beat a run of one. ``v``, the marks and ``last`` travel beside it in a register chain. ``i`` is
     taken while fewer than ``queue_depth`` positions are in flight or queued, so nothing inside stalls.
@@ -80,10 +81,9 @@ class QkScore(wiring.Component):
         DH, depth = self._dh, self._depth
 
         # ---- credits ---------------------------------------------------------------------------
-        inflight = Signal(range(depth + 1))
-        take, gone = Signal(), Signal()
-        m.d.comb += [self.i.ready.eq(inflight < depth), take.eq(self.i.valid & self.i.ready)]
-        m.d.sync += inflight.eq(inflight + take - gone)
+        m.submodules.queue = queue = CreditQueue(self.o.p.shape(), depth)
+        take = Signal()
+        m.d.comb += [self.i.ready.eq(queue.room), take.eq(self.i.valid & self.i.ready), queue.take.eq(take)]
 
         # ---- the dot product: k as the activations, q as the weights, a run of one ----------------
         m.submodules.mac = mac = MvUnit(DH, 1, tree_width(DH))
@@ -106,9 +106,6 @@ class QkScore(wiring.Component):
         out = Signal(qk_out_layout(DH))
         m.d.comb += [out.data.score.eq(mac.o.p[0]), out.data.v.eq(side.v), out.data.tas.eq(side.tas),
                      out.data.end.eq(side.end), out.last.eq(side.last)]
-        m.submodules.queue = queue = fifo.SyncFIFOBuffered(width=len(out.as_value()), depth=depth)
-        m.d.comb += [queue.w_en.eq(mac.o.valid), queue.w_data.eq(out),
-                     self.o.valid.eq(queue.r_rdy), self.o.payload.eq(queue.r_data),
-                     queue.r_en.eq(self.o.ready),
-                     gone.eq(self.o.valid & self.o.ready)]
+        m.d.comb += [queue.i.valid.eq(mac.o.valid), queue.i.payload.eq(out)]
+        wiring.connect(m, queue.o, wiring.flipped(self.o))
         return m

@@ -1,10 +1,11 @@
 """The residual add: a block's int32 accumulators requantised into the residual stream, saturated."""
 
 from amaranth import *
-from amaranth.lib import data, fifo, stream, wiring
+from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from hw.accel.requant_lane import RequantLane
+from hw.lib.credit_queue import CreditQueue
+from hw.lib.requant_lane import RequantLane
 from sw.spec import quant
 
 __all__ = ["Residual", "residual_in_layout", "residual_out_layout"]
@@ -33,7 +34,7 @@ class Residual(wiring.Component):
     the layer's constants) into the residual stream.
 
     One element a cycle: the requantiser lane of the MLP's output stage
-    (:class:`hw.accel.requant_lane.RequantLane`, into 32 bits) carries ``r`` and ``last`` in its
+    (:class:`hw.lib.requant_lane.RequantLane`, into 32 bits) carries ``r`` and ``last`` in its
     tag; one more stage adds and saturates; a queue holds the results for ``o``. ``i`` is taken
     while fewer than ``queue_depth`` elements are in flight or queued, so nothing inside stalls.
 
@@ -73,10 +74,9 @@ class Residual(wiring.Component):
         depth = self._depth
 
         # ---- credits: every element in flight has its place in the queue -------------------------
-        inflight = Signal(range(depth + 1))
-        take, gone = Signal(), Signal()
-        m.d.comb += [self.i.ready.eq(inflight < depth), take.eq(self.i.valid & self.i.ready)]
-        m.d.sync += inflight.eq(inflight + take - gone)
+        m.submodules.queue = queue = CreditQueue(self.o.p.shape(), depth)
+        take = Signal()
+        m.d.comb += [self.i.ready.eq(queue.room), take.eq(self.i.valid & self.i.ready), queue.take.eq(take)]
 
         # ---- stages 1-5: the lane, r and last in its tag --------------------------------------------
         tag_layout = data.StructLayout({"r": signed(R_BITS), "last": 1})
@@ -107,9 +107,6 @@ class Residual(wiring.Component):
             m.d.sync += out.data.r.eq(total)
 
         # ---- the queue --------------------------------------------------------------------------------
-        m.submodules.queue = queue = fifo.SyncFIFOBuffered(width=len(out.as_value()), depth=depth)
-        m.d.comb += [queue.w_en.eq(valid6), queue.w_data.eq(out),
-                     self.o.valid.eq(queue.r_rdy), self.o.payload.eq(queue.r_data),
-                     queue.r_en.eq(self.o.ready),
-                     gone.eq(self.o.valid & self.o.ready)]
+        m.d.comb += [queue.i.valid.eq(valid6), queue.i.payload.eq(out)]
+        wiring.connect(m, queue.o, wiring.flipped(self.o))
         return m

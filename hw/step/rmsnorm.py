@@ -1,9 +1,11 @@
 """RMSNorm of an int32 residual row into int8, with the exact integer reciprocal square root."""
 
 from amaranth import *
-from amaranth.lib import data, fifo, memory, stream, wiring
+from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from hw.lib.credit_queue import CreditQueue
+from hw.lib.divide import restoring_step
 from hw.lib.widths import index_bits
 from sw.spec import quant
 
@@ -96,9 +98,7 @@ class RmsNorm(wiring.Component):
         # The out phase: read address, credits.
         raddr = Signal(ab)
         issue = Signal()
-        inflight = Signal(range(self.pipe + self.queue_depth + 1))
-        m.submodules.queue = queue = fifo.SyncFIFOBuffered(width=9, depth=self.queue_depth)
-        popped = Signal()
+        m.submodules.queue = queue = CreditQueue(self.o.p.shape(), self.queue_depth)
 
         with m.FSM():
             with m.State("in"):
@@ -114,11 +114,7 @@ class RmsNorm(wiring.Component):
                 # 2**NB // max(D, 1), one quotient bit a step, from bit NB down.
                 dd = Mux(D == 0, 1, D)
                 bit = (NB - step)[:8]
-                nrem = Cat(Const((1 << NB) >> 0, NB + 1).bit_select(bit, 1), rem[:D_BITS])
-                with m.If(nrem >= dd):
-                    m.d.sync += [rem.eq(nrem - dd), quo.eq(Cat(1, quo[:-1]))]
-                with m.Else():
-                    m.d.sync += [rem.eq(nrem), quo.eq(Cat(0, quo[:-1]))]
+                restoring_step(m, rem, quo, Const(1 << NB, NB + 1).bit_select(bit, 1), dd)
                 m.d.sync += step.eq(step + 1)
                 with m.If(step == NB):
                     m.d.sync += [sq_rem.eq(0), sq_root.eq(0), step.eq(0)]
@@ -143,14 +139,13 @@ class RmsNorm(wiring.Component):
                     m.next = "out"
             with m.State("out"):
                 m.d.comb += inv.eq(sq_root)
-                room = inflight < self.queue_depth
-                m.d.comb += issue.eq(room)
+                m.d.comb += issue.eq(queue.room)
                 with m.If(issue):
                     m.d.sync += raddr.eq(raddr + 1)
                     with m.If(raddr == count - 1):
                         m.d.sync += [count.eq(0), D.eq(0)]
                         m.next = "in"
-        m.d.sync += inflight.eq(inflight + issue - popped)
+        m.d.comb += queue.take.eq(issue)
 
         # ---- the out pipeline -------------------------------------------------------------------
         m.d.comb += rd.addr.eq(raddr)
@@ -184,8 +179,6 @@ class RmsNorm(wiring.Component):
             m.d.sync += y4.eq(-128)
         with m.Else():
             m.d.sync += y4.eq(qq)
-        m.d.comb += [queue.w_en.eq(v[-1]), queue.w_data.eq(Cat(y4, lastp[-1]))]
-        m.d.comb += [self.o.valid.eq(queue.r_rdy), self.o.p.data.y.eq(queue.r_data[:8]),
-                     self.o.p.last.eq(queue.r_data[8]), queue.r_en.eq(self.o.ready),
-                     popped.eq(self.o.valid & self.o.ready)]
+        m.d.comb += [queue.i.valid.eq(v[-1]), queue.i.p.data.y.eq(y4), queue.i.p.last.eq(lastp[-1])]
+        wiring.connect(m, queue.o, wiring.flipped(self.o))
         return m

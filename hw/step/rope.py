@@ -1,9 +1,10 @@
 """RoPE of one int8 head per cycle from the int16 tables of its position."""
 
 from amaranth import *
-from amaranth.lib import data, fifo, stream, wiring
+from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from hw.lib.credit_queue import CreditQueue
 from sw.spec import quant
 
 __all__ = ["Rope", "rope_in_layout", "rope_out_layout"]
@@ -55,11 +56,9 @@ class Rope(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         dh, h, F = self._dh, self._dh // 2, quant.ROPE_BITS
-        inflight = Signal(range(self.latency + self.queue_depth + 1))
+        m.submodules.queue = queue = CreditQueue(self.o.p.shape(), self.queue_depth)
         take = Signal()
-        popped = Signal()
-        m.d.comb += [self.i.ready.eq(inflight < self.queue_depth), take.eq(self.i.valid & self.i.ready)]
-        m.d.sync += inflight.eq(inflight + take - popped)
+        m.d.comb += [self.i.ready.eq(queue.room), take.eq(self.i.valid & self.i.ready), queue.take.eq(take)]
 
         x, c, s = self.i.p.x, self.i.p.c, self.i.p.s
         # Stage 1: the products.
@@ -84,8 +83,6 @@ class Rope(wiring.Component):
         v = Signal(self.latency)
         m.d.sync += v.eq(Cat(take, v[:-1]))
 
-        m.submodules.queue = queue = fifo.SyncFIFOBuffered(width=len(y.as_value()), depth=self.queue_depth)
-        m.d.comb += [queue.w_en.eq(v[-1]), queue.w_data.eq(y), self.o.valid.eq(queue.r_rdy),
-                     self.o.p.eq(queue.r_data), queue.r_en.eq(self.o.ready),
-                     popped.eq(self.o.valid & self.o.ready)]
+        m.d.comb += [queue.i.valid.eq(v[-1]), queue.i.payload.eq(y)]
+        wiring.connect(m, queue.o, wiring.flipped(self.o))
         return m

@@ -1,10 +1,11 @@
 """The on-chip sampler: classifier-free guidance and ``argmax(p / e)`` over the image tokens, in integers."""
 
 from amaranth import *
-from amaranth.lib import data, fifo, stream, wiring
+from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from hw.accel.requant_lane import RequantLane
+from hw.lib.credit_queue import CreditQueue
+from hw.lib.requant_lane import RequantLane
 from hw.lib.widths import index_bits
 from hw.step.noise_lane import NOISE_BITS, NoiseLane
 from sw.spec import quant
@@ -57,7 +58,7 @@ class Sampler(wiring.Component):
 
     A row is one prompt's ``codebook`` image tokens in order, one per beat of ``i``, ``last`` on
     its last. Each token's accumulators become base-2 Q16 logits on two requantiser lanes
-    (:class:`hw.accel.requant_lane.RequantLane` into 24 bits, the same lane as the MLP's), the
+    (:class:`hw.lib.requant_lane.RequantLane` into 24 bits, the same lane as the MLP's), the
     guidance is a third lane (``l_c - l_u`` by the Q8 ``gain``, into 32 bits) and an add, the
     prompt's xorshift32 generator steps once, :class:`hw.step.noise_lane.NoiseLane` turns its word into
     the draw's logarithm, and a running ``argmax`` over ``z + noise`` keeps the lowest index on
@@ -116,14 +117,14 @@ class Sampler(wiring.Component):
         pb = len(self.i.p.data.prompt)
 
         # ---- input, row index, credits ---------------------------------------------------------
-        inflight = Signal(range(self._depth + 1))
+        out_layout = data.StructLayout({"prompt": pb, "token": ib})
+        m.submodules.queue = queue = CreditQueue(out_layout, self._depth)
         take = Signal()
-        gone = Signal()
-        m.d.comb += [self.i.ready.eq(inflight < self._depth), take.eq(self.i.valid & self.i.ready)]
+        m.d.comb += [self.i.ready.eq(queue.room), take.eq(self.i.valid & self.i.ready),
+                     queue.take.eq(take & self.i.p.last)]
         index = Signal(ib)
         with m.If(take):
             m.d.sync += index.eq(Mux(self.i.p.last, 0, index + 1))
-        m.d.sync += inflight.eq(inflight + (take & self.i.p.last) - gone)
 
         # ---- the generators: one state per prompt, a step per token ----------------------------
         states = [Signal(quant.RNG_BITS, name=f"state_{p}", init=1) for p in range(P)]
@@ -206,15 +207,8 @@ class Sampler(wiring.Component):
                 m.d.sync += [best.eq(score), best_i.eq(meta13.index)]
 
         # ---- the row's token: queue and output register --------------------------------------------
-        out_layout = data.StructLayout({"prompt": pb, "token": ib})
-        m.submodules.queue = queue = fifo.SyncFIFOBuffered(width=len(Signal(out_layout).as_value()),
-                                                           depth=self._depth)
-        push = Signal(out_layout)
-        m.d.comb += [push.prompt.eq(meta13.prompt), push.token.eq(token),
-                     queue.w_en.eq(valid13 & meta13.last), queue.w_data.eq(push)]
-        popped = Signal(out_layout)
-        m.d.comb += [popped.eq(queue.r_data), self.o.valid.eq(queue.r_rdy),
-                     self.o.p.data.prompt.eq(popped.prompt), self.o.p.data.token.eq(popped.token),
-                     queue.r_en.eq(self.o.ready),
-                     gone.eq(self.o.valid & self.o.ready)]
+        m.d.comb += [queue.i.p.prompt.eq(meta13.prompt), queue.i.p.token.eq(token),
+                     queue.i.valid.eq(valid13 & meta13.last),
+                     self.o.valid.eq(queue.o.valid), self.o.p.data.prompt.eq(queue.o.p.prompt),
+                     self.o.p.data.token.eq(queue.o.p.token), queue.o.ready.eq(self.o.ready)]
         return m

@@ -4,6 +4,7 @@ from amaranth import *
 from amaranth.lib import data, fifo, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from hw.lib.divide import restoring_step
 from hw.lib.widths import index_bits
 from sw.spec import quant
 
@@ -170,11 +171,7 @@ class SoftmaxAv(wiring.Component):
                     m.next = "divide"
             with m.State("divide"):
                 for i in range(DH):
-                    nrem = Cat(mag[i].bit_select((NB - 1 - step)[:8], 1), rem[i][:-1])
-                    with m.If(nrem >= den):
-                        m.d.sync += [rem[i].eq(nrem - den), quo[i].eq(Cat(1, quo[i][:-1]))]
-                    with m.Else():
-                        m.d.sync += [rem[i].eq(nrem), quo[i].eq(Cat(0, quo[i][:-1]))]
+                    restoring_step(m, rem[i], quo[i], mag[i].bit_select((NB - 1 - step)[:8], 1), den)
                 m.d.sync += step.eq(step + 1)
                 with m.If(step == NB - 1):
                     m.d.sync += elem.eq(0)

@@ -6,10 +6,10 @@ from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
 
 from hw.lib.axi import AxiReadSignature, AxiWriteSignature
+from hw.lib.axi_reader import AxiReader
+from hw.lib.axi_writer import AxiWriter
 from hw.lib.widths import index_bits
 from hw.step.attention_layer import kv_layout
-from hw.step.axi_reader import AxiReader
-from hw.step.axi_writer import AxiWriter
 from hw.step.channel_join import row_layout
 from hw.step.residual import R_BITS
 
@@ -40,8 +40,8 @@ def kv_entry_words(head_dim, data_width):
 
 class StepMemory(wiring.Component):
     """The memory traffic of decode steps, over one AXI4 read manager
-    (:class:`hw.step.axi_reader.AxiReader`) and one write manager
-    (:class:`hw.step.axi_writer.AxiWriter`).
+    (:class:`hw.lib.axi_reader.AxiReader`) and one write manager
+    (:class:`hw.lib.axi_writer.AxiWriter`).
 
     Per step taken on ``i``, in order:
 

@@ -6,7 +6,7 @@ from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
 
 from hw.lib.axi import AxiReadSignature
-from hw.step.axi_reader import AxiReader
+from hw.lib.axi_reader import AxiReader
 from hw.step.channel_join import channel_layout
 from hw.step.row_runs import weight_layout
 from sw.spec import quant
@@ -88,7 +88,7 @@ def pack_blocks(w, mult, shift, n_in, n_out, data_width=64) -> bytes:
 
 class WeightStream(wiring.Component):
     """The weights and constants a decode step's layers and token head take, read from memory over
-    AXI4 (one :class:`hw.step.axi_reader.AxiReader`, its prefetch buffer running ahead of the
+    AXI4 (one :class:`hw.lib.axi_reader.AxiReader`, its prefetch buffer running ahead of the
     blocks) in the order the step takes them, and split onto their streams.
 
     Per step taken on ``i``: for each layer, its image (:func:`layer_words` words at ``base`` +

@@ -33,9 +33,9 @@ class Latencies:
     weights : int
         :attr:`hw.accel.weight_store.WeightStore.latency`.
     mv : int
-        :attr:`hw.accel.mv_unit.MvUnit.latency` (``3 + ceil(log2(mv_in)) + 1``).
+        :attr:`hw.lib.mv_unit.MvUnit.latency` (``3 + ceil(log2(mv_in)) + 1``).
     requant : int
-        :attr:`hw.accel.requant_lane.RequantLane.latency`.
+        :attr:`hw.lib.requant_lane.RequantLane.latency`.
     mult : int
         :attr:`hw.lib.mult18.Mult18.latency` (the gated product).
     cache : int

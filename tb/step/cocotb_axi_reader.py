@@ -1,4 +1,4 @@
-"""cocotb test of the AXI4 read manager (``hw.step.axi_reader.AxiReader`` behind its adapter) against
+"""cocotb test of the AXI4 read manager (``hw.lib.axi_reader.AxiReader`` behind its adapter) against
 cocotbext-axi's ``AxiRamRead``: random regions (1 to 300 words, some across 4 KB boundaries, some
 of one word) read from a memory of random bytes; each region's words must come out in order with
 ``tlast`` on its last. A monitor checks every burst request: incrementing, full-width, at most
@@ -16,7 +16,7 @@ from cocotb.triggers import RisingEdge
 from cocotbext.axi import AxiRamRead, AxiReadBus, AxiStreamFrame
 
 from hw.lib.axi import BOUNDARY_BYTES
-from hw.step.axi_reader import read_command_layout
+from hw.lib.axi_reader import read_command_layout
 from tb.stalls import random_pauses
 from tb.step.bench import Bench, burst_monitor, fields, pack, stall_settings
 

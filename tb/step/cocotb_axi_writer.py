@@ -1,4 +1,4 @@
-"""cocotb test of the AXI4 write manager (``hw.step.axi_writer.AxiWriter`` behind its adapter) against
+"""cocotb test of the AXI4 write manager (``hw.lib.axi_writer.AxiWriter`` behind its adapter) against
 cocotbext-axi's ``AxiRamWrite``: random regions (1 to 300 words, some across 4 KB boundaries, none
 overlapping) written with random words; once every region is reported, the memory must hold exactly
 those words and nothing else must have changed. A monitor checks every burst: incrementing,
@@ -17,7 +17,7 @@ from cocotb.triggers import RisingEdge
 from cocotbext.axi import AxiRamWrite, AxiStreamFrame, AxiStreamSink, AxiStreamSource, AxiWriteBus
 
 from hw.lib.axi import BOUNDARY_BYTES
-from hw.step.axi_reader import read_command_layout
+from hw.lib.axi_reader import read_command_layout
 from tb.stalls import random_pauses
 from tb.step.bench import CLOCK_NS, Bench, burst_monitor, fields, pack, stall_settings, stream_model
 

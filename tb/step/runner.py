@@ -5,11 +5,11 @@ and the tools (``calibrate.py``, ``e2e.py``, ``video.py``) import them from here
 from pathlib import Path
 
 from hw.accel.accelerator import Accelerator
+from hw.lib.axi_reader import AxiReader
+from hw.lib.axi_writer import AxiWriter
 from hw.lib.axis_adapter import AxisAdapter
 from hw.step.attention_head import AttentionHead
 from hw.step.attention_layer import AttentionLayer
-from hw.step.axi_reader import AxiReader
-from hw.step.axi_writer import AxiWriter
 from hw.step.decoder_layer import DecoderLayer
 from hw.step.projection import Projection
 from hw.step.qk_score import QkScore

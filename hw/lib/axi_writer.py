@@ -6,7 +6,7 @@ from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
 
 from hw.lib.axi import BURST_INCR, AxiWriteSignature, burst_words
-from hw.step.axi_reader import read_command_layout
+from hw.lib.axi_reader import read_command_layout
 
 __all__ = ["AxiWriter", "write_done_layout", "write_word_layout"]
 
