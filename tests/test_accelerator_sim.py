@@ -93,7 +93,7 @@ def test_decisions_given_with_the_rows(tmp_path, flip):
     outputs are the trace's, replayed rows from the cache. With one replay bit flipped the run must
     differ on that row (the decision is the one given, not one the accelerator takes itself)."""
     from hw.accel.layouts import decided_row_in_layout
-    from hw.board.host import pack_struct
+    from hw.lib.payload import pack
     from tb.board.small_trace import SMALL_ACCEL, write_small_trace
 
     tr = load_decode_trace(write_small_trace(tmp_path / "trace"))
@@ -116,7 +116,7 @@ def test_decisions_given_with_the_rows(tmp_path, flip):
     async def host(ctx):
         await configure(ctx, dut, words)
         for g in groups:
-            await send_group(ctx, dut, [(pack_struct(lay, {
+            await send_group(ctx, dut, [(pack(lay, {
                 "x": tr.x[g, b], "tas": int(tr.tas[g, b]), "replay": int(replay[g, b]),
                 "layer": int(tr.group_layer[g]), "index": int(tr.group_index[g]), "row": b}), b == B - 1)
                 for b in range(B)])

@@ -7,7 +7,7 @@ import pytest
 from amaranth.sim import Simulator
 
 from hw.accel.dispatcher import Dispatcher, row_job_layout
-from hw.accel.payload import pack
+from hw.lib.payload import pack
 from tests.streams import stream_put
 
 

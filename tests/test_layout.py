@@ -131,6 +131,23 @@ def test_spec_imports_nothing_of_the_project():
     assert graph["sw.spec.quant"] == set() and graph["sw.spec"] == set()
 
 
+#: What ``hw/step`` may take from ``hw/accel``: the whole MLP engine (its top and its configuration
+#: words); the blocks both datapaths need are in ``hw/lib``.
+STEP_FROM_ACCEL = {"hw.accel.accelerator"}
+
+
+def step_borrowings(graph: dict[str, set[str]]) -> list[str]:
+    return sorted(f"{a} -> {b}" for a, deps in graph.items() if a.startswith("hw.step")
+                  for b in deps if b.startswith("hw.accel") and b not in STEP_FROM_ACCEL)
+
+
+def test_the_step_takes_only_the_mlp_engine_from_the_accelerator():
+    graph = import_graph(modules())
+    assert not step_borrowings(graph), step_borrowings(graph)
+    graph["hw.step.projection"] = graph["hw.step.projection"] | {"hw.accel.mv_core"}     # planted
+    assert step_borrowings(graph) == ["hw.step.projection -> hw.accel.mv_core"]
+
+
 def test_hw_and_sw_are_split_into_sub_packages():
     for top, allowed in TOP_MODULES.items():
         flat = sorted(p.stem for p in (REPO / top).glob("*.py"))
@@ -142,7 +159,7 @@ def test_hw_and_sw_are_split_into_sub_packages():
 
 #: What ``hw/accel`` may hold besides the blocks the accelerator is built of: what those blocks and
 #: the host share (layouts, the weight order) and the host's payload packing.
-ACCEL_SHARED = {"hw.accel", "hw.accel.layouts", "hw.accel.mv_layout", "hw.accel.payload"}
+ACCEL_SHARED = {"hw.accel", "hw.accel.layouts", "hw.accel.mv_layout"}
 
 
 def reachable(graph: dict[str, set[str]], start: str) -> set[str]:

@@ -6,8 +6,8 @@ from pathlib import Path
 import numpy as np
 from amaranth.sim import Simulator
 
-from hw.accel.payload import pack, unpack_int8
 from hw.accel.replay_cache import ReplayCache, request_layout
+from hw.lib.payload import pack, unpack_int8
 from sw.trace.decode import load_decode_trace
 from tests.streams import stream_get, stream_put
 

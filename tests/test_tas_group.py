@@ -18,8 +18,8 @@ from amaranth.lib.wiring import In, Out
 from amaranth.sim import Simulator
 
 from hw.accel.layouts import tas_row_layout as row_layout
-from hw.accel.payload import pack
 from hw.accel.tas_group import TasGroup, _and_pair_ccu2c, and_pair_init
+from hw.lib.payload import pack
 from sw.config import DEFAULT_ACCEL
 from sw.spec import quant
 from tests.fragments import Ecp5Stub, instances

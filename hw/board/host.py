@@ -4,21 +4,17 @@ reverse for its outputs. Bit layouts come from the gateware's own layouts (``hw/
 
 from __future__ import annotations
 
-import functools
-
 import numpy as np
-from amaranth.hdl import Shape
-from amaranth.lib import data
 
 from hw.accel.accelerator import Target, cfg_layout
 from hw.accel.layouts import ctrl_layout, h_params_layout, lut_load_layout, row_in_layout
 from hw.accel.mv_core import gu_rq_load_layout
 from hw.accel.mv_layout import gu_table_index, weight_blocks
-from hw.accel.payload import pack, pack_int8
 from hw.accel.row_out import rqd_load_layout
+from hw.lib.payload import pack, pack_int8
 from sw.config import AccelConfig
 
-__all__ = ["trace_layers", "config_words", "ctrl_word", "pack_struct", "row_beats", "group_frames",
+__all__ = ["trace_layers", "config_words", "ctrl_word", "row_beats", "group_frames",
            "group_beats", "unpack_y"]
 
 
@@ -76,48 +72,6 @@ def ctrl_word(cfg: AccelConfig, *, static: bool = False, chunk_rr: bool = False,
     return pack(cfg_layout(cfg), {"target": Target.CTRL, "addr": 0, "data": pack(ctrl_layout(), ctrl)})
 
 
-@functools.lru_cache(maxsize=16)
-def _int8_struct_fields(layout: data.StructLayout) -> list[tuple[str, int, int, int | None, bool]]:
-    """``(name, offset, width, length, signed)`` of each field of a struct whose members are scalars
-    or arrays of 8-bit integers, read from the layout itself (``length`` is None for a scalar)."""
-    fields = []   # returned from a cache: callers must not change it
-    for name in layout.members:
-        f = layout[name]
-        if isinstance(f.shape, data.ArrayLayout):
-            elem = Shape.cast(f.shape.elem_shape)
-            if elem.width != 8:
-                raise TypeError(f"{name}: only arrays of 8-bit elements are packed here, not {elem}")
-            fields.append((name, f.offset, f.width, f.shape.length, elem.signed))
-        else:
-            shape = Shape.cast(f.shape)
-            fields.append((name, f.offset, shape.width, None, shape.signed))
-    return fields
-
-
-def pack_struct(layout: data.StructLayout, value: dict) -> int:
-    """Bits of ``layout.const(value)`` (:func:`hw.accel.payload.pack`) for structs of scalars and int8
-    arrays, by the layout's own field offsets but without going through Amaranth's constant
-    machinery (about 100x faster, which matters for the thousands of rows of a trace). An array
-    field takes a numpy array or a sequence; a value that does not fit its field is an error."""
-    bits = 0
-    for name, offset, width, length, signed in _int8_struct_fields(layout):
-        v = value[name]
-        if length is not None:
-            a = np.asarray(v).reshape(-1)
-            lo, hi = (-128, 127) if signed else (0, 255)
-            if a.size != length or (a.size and (a.min() < lo or a.max() > hi)):
-                raise ValueError(f"{name}: expected {length} values in [{lo}, {hi}]")
-            word = int.from_bytes(a.astype(np.int8 if signed else np.uint8).tobytes(), "little")
-        else:
-            v = int(v)
-            lo, hi = (-(1 << (width - 1)), (1 << (width - 1)) - 1) if signed else (0, (1 << width) - 1)
-            if not lo <= v <= hi:
-                raise ValueError(f"{name}: {v} does not fit in {'signed' if signed else 'unsigned'}({width})")
-            word = v & ((1 << width) - 1)
-        bits |= word << offset
-    return bits
-
-
 def row_beats(cfg: AccelConfig, tr, g: int, *, threshold: int | None = None,
               layout=None) -> list[tuple[int, bool]]:
     """``(data bits, last)`` of the rows of group ``g`` of a decode trace (``threshold`` overrides
@@ -127,7 +81,7 @@ def row_beats(cfg: AccelConfig, tr, g: int, *, threshold: int | None = None,
     B = tr.dims["batch"]
     beats = []
     for b in range(B):
-        beats.append((pack_struct(lay, {
+        beats.append((pack(lay, {
             "x": tr.x[g, b],
             "q": np.asarray(tr.q[g, b]).reshape(-1),
             "k": np.asarray(tr.k_prev[g, b]).reshape(-1),

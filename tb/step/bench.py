@@ -1,4 +1,4 @@
-"""What the step's cocotb testbenches share: payload packing by the block's own layouts, and a bench
+"""What the step's cocotb testbenches share (payloads are packed by :mod:`hw.lib.payload`): a bench
 of clock, reset and cocotbext-axi models on a block's ``s_axis_i`` and ``m_axis_o`` with the
 environment's idle and backpressure (``FASTCAR_STALL``, ``FASTCAR_SEED``)."""
 
@@ -13,37 +13,6 @@ from cocotbext.axi import AxiStreamBus, AxiStreamSink, AxiStreamSource
 from tb.stalls import random_pauses
 
 CLOCK_NS = 10
-
-
-def fields(layout, prefix=""):
-    """``{name: (offset, width, signed)}`` of a (nested) struct or array layout's leaves (array
-    elements named by their index)."""
-    from amaranth import Shape
-    from amaranth.lib import data
-
-    out = {}
-    for name, f in layout:
-        if isinstance(f.shape, data.Layout):
-            for sub, (o, w, s) in fields(f.shape, f"{prefix}{name}.").items():
-                out[sub] = (f.offset + o, w, s)
-        else:
-            sh = Shape.cast(f.shape)
-            out[f"{prefix}{name}"] = (f.offset, sh.width, sh.signed)
-    return out
-
-
-def pack(fl, **values):
-    word = 0
-    for name, v in values.items():
-        o, w, _ = fl[name]
-        word |= (int(v) & ((1 << w) - 1)) << o
-    return word
-
-
-def unpack(fl, word, name):
-    o, w, s = fl[name]
-    v = (word >> o) & ((1 << w) - 1)
-    return v - (1 << w) if s and v >> (w - 1) else v
 
 
 def plant_index(spec):

@@ -23,12 +23,13 @@ import torch
 from cocotb.triggers import RisingEdge
 from cocotbext.axi import AxiStreamFrame, AxiStreamSink
 
+from hw.lib.payload import fields, pack_fields, unpack_field
 from hw.step.qk_score import qk_in_layout, qk_out_layout
 from hw.step.softmax_av import softmax_out_layout
 from hw.step.tas_tap import decision_layout
 from sw.model.fastcar import SparseConfig, attention_mask
 from sw.trace.full_step import load_full_step
-from tb.step.bench import Bench, fields, pack, plant_index, stream_model, unpack
+from tb.step.bench import Bench, plant_index, stream_model
 from tb.step.cocotb_softmax import selected_steps
 
 
@@ -87,7 +88,7 @@ async def run(dut, block):
                 for i in range(dh):
                     vals.update({f"data.q.{i}": q[s, li, b, h, i], f"data.k.{i}": k[pj, li, b, h, i],
                                  f"data.v.{i}": v[pj, li, b, h, i]})
-                beats.append(pack(f_in, **vals))
+                beats.append(pack_fields(f_in, **vals))
             await src.send(AxiStreamFrame(beats))
         for s, b, h in order:
             frame = await sink.recv()
@@ -97,13 +98,13 @@ async def run(dut, block):
                 n_out = len(frame.tdata)
                 assert n_out == len(pos), f"{where}: {n_out} positions out, expected {len(pos)}"
                 for j, w in enumerate(frame.tdata):
-                    got = unpack(f_out, w, "data.score")
+                    got = unpack_field(f_out, w, "data.score")
                     assert got == scores[j], (f"{where}, position {pos[j]} (attended {j}): RTL score {got}, "
                                               f"expected {scores[j]}")
-                    vv = [unpack(f_out, w, f"data.v.{i}") for i in range(dh)]
+                    vv = [unpack_field(f_out, w, f"data.v.{i}") for i in range(dh)]
                     assert vv == list(v[pos[j], li, b, h]), f"{where}, position {pos[j]}: v changed"
             else:
-                ys = [unpack(f_out, w, "data.y") for w in frame.tdata]
+                ys = [unpack_field(f_out, w, "data.y") for w in frame.tdata]
                 assert len(ys) == dh, f"{where}: {len(ys)} elements out, expected {dh}"
                 for i, y in enumerate(ys):
                     e = h * dh + i
@@ -111,7 +112,7 @@ async def run(dut, block):
                                                     f"expected {attn[s, li, b, e]}")
                 if h == H - 1:
                     word = (await dsink.recv()).tdata[0]
-                    got = (unpack(f_dec, word, "data.tas"), unpack(f_dec, word, "data.replay"))
+                    got = (unpack_field(f_dec, word, "data.tas"), unpack_field(f_dec, word, "data.replay"))
                     want = (tas[s, li, b], int(t["replay"][s, li, b]))
                     assert got == want, (f"step {s}, layer {li}, block tas_tap, row {b}: RTL tas {got[0]} "
                                          f"replay {got[1]}, expected {want[0]} {want[1]}")

@@ -21,6 +21,7 @@ from cocotb.clock import Clock
 from cocotb.triggers import RisingEdge
 from cocotbext.axi import AxiStreamFrame, AxiStreamSink, AxiStreamSource
 
+from hw.lib.payload import fields, pack_fields, unpack_field
 from hw.step.attention_layer import group_layout, kv_layout
 from hw.step.residual import residual_out_layout
 from hw.step.rmsnorm import rmsnorm_in_layout
@@ -28,7 +29,7 @@ from hw.step.row_runs import weight_layout
 from hw.step.tas_tap import decision_layout
 from sw.model.fastcar import SparseConfig, attention_mask
 from sw.trace.full_step import load_full_step
-from tb.step.bench import CLOCK_NS, Bench, fields, pack, plant_index, stream_model, unpack, weight_frames
+from tb.step.bench import CLOCK_NS, Bench, plant_index, stream_model, weight_frames
 from tb.step.cocotb_softmax import selected_steps
 
 
@@ -74,7 +75,7 @@ class LayerFeed:
         vals = {"tas": mark}
         for e in range(self.dh):
             vals[f"k.{e}"], vals[f"v.{e}"] = self.k[pj, li, b, h, e], self.v[pj, li, b, h, e]
-        return pack(self.f_kv, **vals)
+        return pack_fields(self.f_kv, **vals)
 
     async def send(self, s, li):
         t, src, dh = self.t, self.tb.src, self.dh
@@ -84,10 +85,10 @@ class LayerFeed:
         g = {f"{x}.{e}": int(t[f"rope_{x}"][s, e]) for x in ("c", "s") for e in range(dh // 2)}
         g.update(history=len(hist), a_exp=int(t["a_exp"][li]), a_mult=int(t["a_mult"][li]),
                  a_shift=int(t["a_shift"][li]), threshold=int(t["threshold"][li]))
-        await src["grp"].send(AxiStreamFrame([pack(self.f_g, **g)]))
+        await src["grp"].send(AxiStreamFrame([pack_fields(self.f_g, **g)]))
         mult, shift = t["n1_mult"][li], t["n1_shift"][li]
         for b in range(self.B):
-            row = [pack(self.f_in, **{"data.r": self.r_in[s, li, b, e], "data.mult": mult[e],
+            row = [pack_fields(self.f_in, **{"data.r": self.r_in[s, li, b, e], "data.mult": mult[e],
                                       "data.shift": shift[e], "last": e == self.d - 1})
                    for e in range(self.d)]
             await src["i"].send(AxiStreamFrame(row))
@@ -141,13 +142,13 @@ async def layer_trace(dut):
         for b in range(B):
             where = f"step {s}, layer {li}, block attention_layer, row {b}"
             frame = await tb.out["o"].recv()
-            got = [unpack(f_r, w, "data.r") for w in frame.tdata]
+            got = [unpack_field(f_r, w, "data.r") for w in frame.tdata]
             assert len(got) == d, f"{where}: {len(got)} elements out, expected {d}"
             for e in range(d):
                 assert got[e] == r_mid[s, li, b, e], (f"{where}, element {e}: RTL r_mid {got[e]}, "
                                                       f"expected {r_mid[s, li, b, e]}")
             word = (await tb.out["d"].recv()).tdata[0]
-            dec = (unpack(f_d, word, "data.tas"), unpack(f_d, word, "data.replay"))
+            dec = (unpack_field(f_d, word, "data.tas"), unpack_field(f_d, word, "data.replay"))
             want = (int(t["tas"][s, li, b]), int(t["replay"][s, li, b]))
             assert dec == want, f"{where}: RTL tas {dec[0]} replay {dec[1]}, expected {want[0]} {want[1]}"
             rows += 1
@@ -157,8 +158,8 @@ async def layer_trace(dut):
     assert len(kv_words) == heads, f"{len(kv_words)} heads of k and v out, {heads} heads in"
     for n, word in enumerate(kv_words):
         (s, li), b, h = groups[n // (B * H)], n // H % B, n % H
-        got_k = [unpack(f_kv, word, f"k.{e}") for e in range(dh)]
-        got_v = [unpack(f_kv, word, f"v.{e}") for e in range(dh)]
+        got_k = [unpack_field(f_kv, word, f"k.{e}") for e in range(dh)]
+        got_v = [unpack_field(f_kv, word, f"v.{e}") for e in range(dh)]
         assert got_k == list(k_[s, li, b, h]) and got_v == list(v_[s, li, b, h]), \
             f"step {s}, layer {li}, block attention_layer, row {b}, head {h}: the new key or value"
     assert tb.out["o"].empty() and tb.out["d"].empty(), "more rows or decisions out than rows in"

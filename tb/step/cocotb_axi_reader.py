@@ -17,8 +17,9 @@ from cocotbext.axi import AxiRamRead, AxiReadBus, AxiStreamFrame
 
 from hw.lib.axi import BOUNDARY_BYTES
 from hw.lib.axi_reader import read_command_layout
+from hw.lib.payload import fields, pack_fields
 from tb.stalls import random_pauses
-from tb.step.bench import Bench, burst_monitor, fields, pack, stall_settings
+from tb.step.bench import Bench, burst_monitor, stall_settings
 
 MEM_BYTES = 1 << 16
 
@@ -52,7 +53,7 @@ async def reader_regions(dut):
     cocotb.start_soon(burst_monitor(dut, "ar", nb, max_burst, bursts))
     f_cmd = fields(read_command_layout(aw, count_bits))
     for addr, words in regions:
-        await bench.src.send(AxiStreamFrame([pack(f_cmd, addr=addr, words=words)]))
+        await bench.src.send(AxiStreamFrame([pack_fields(f_cmd, addr=addr, words=words)]))
 
     plant = os.environ.get("FASTCAR_PLANT", "")
     for k, (addr, words) in enumerate(regions):

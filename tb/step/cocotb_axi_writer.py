@@ -18,8 +18,9 @@ from cocotbext.axi import AxiRamWrite, AxiStreamFrame, AxiStreamSink, AxiStreamS
 
 from hw.lib.axi import BOUNDARY_BYTES
 from hw.lib.axi_reader import read_command_layout
+from hw.lib.payload import fields, pack_fields
 from tb.stalls import random_pauses
-from tb.step.bench import CLOCK_NS, Bench, burst_monitor, fields, pack, stall_settings, stream_model
+from tb.step.bench import CLOCK_NS, Bench, burst_monitor, stall_settings, stream_model
 
 MEM_BYTES = 1 << 16
 
@@ -70,7 +71,7 @@ async def writer_regions(dut):
     cocotb.start_soon(burst_monitor(dut, "aw", nb, max_burst, bursts))
     f_cmd = fields(read_command_layout(aw, count_bits))
     for (addr, words), ws in zip(regions, data, strict=True):
-        await tb.cmd.send(AxiStreamFrame([pack(f_cmd, addr=addr, words=words)]))
+        await tb.cmd.send(AxiStreamFrame([pack_fields(f_cmd, addr=addr, words=words)]))
         await tb.w.send(AxiStreamFrame(ws))
     for k in range(len(regions)):
         frame = await tb.done.recv()

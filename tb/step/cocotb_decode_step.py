@@ -47,6 +47,7 @@ from cocotbext.axi import (
 
 from hw.accel.replay_cache import ReplayCache
 from hw.board.host import config_words
+from hw.lib.payload import fields, pack_fields, unpack_field
 from hw.step.attention_layer import group_layout
 from hw.step.decode_step import decode_command_layout
 from hw.step.decoder_layer import mlp_group_layout
@@ -60,16 +61,7 @@ from sw.perf.rtl_step import sdram_beat_every
 from sw.spec import quant
 from sw.trace.full_step import load_full_step
 from tb.stalls import random_pauses
-from tb.step.bench import (
-    CLOCK_NS,
-    Bench,
-    fields,
-    pack,
-    stall_settings,
-    stream_model,
-    tap_bursts,
-    unpack,
-)
+from tb.step.bench import CLOCK_NS, Bench, stall_settings, stream_model, tap_bursts
 from tb.step.cocotb_step_mlp import position, step_layers
 
 MEM_BYTES = 1 << 23
@@ -272,7 +264,7 @@ async def decode_steps(dut):
         state = quant.sampler_state(int(dec["seed"]), p)
         if dec["temperature"] != 0 and first > L0:     # the draws of the samples before the run's first
             state = quant.draws(state, (min(first, L0 + NS) - L0) * C)[1]
-        await tb.src["seed"].send(AxiStreamFrame([pack(f_seed, prompt=p, state=state)]))
+        await tb.src["seed"].send(AxiStreamFrame([pack_fields(f_seed, prompt=p, state=state)]))
     await tb.src["seed"].wait()
     await ClockCycles(dut.clk, 4)
 
@@ -295,13 +287,13 @@ async def decode_steps(dut):
                    "step.replaying": int(fastcar and s - start >= N), "sample": int(sampling(s)),
                    "feedback": int(video and s >= start)}
             cmd.update({f"step.token.{b}": int(t["token"][s, b]) for b in range(B)})
-            await tb.src["i"].send(AxiStreamFrame([pack(f_i, **cmd)]))
+            await tb.src["i"].send(AxiStreamFrame([pack_fields(f_i, **cmd)]))
             for li in range(L):
                 g = {f"{x}.{e}": int(t[f"rope_{x}"][s, e]) for x in ("c", "s") for e in range(dh // 2)}
                 g.update(history=0, a_exp=int(t["a_exp"][li]), a_mult=int(t["a_mult"][li]),
                          a_shift=int(t["a_shift"][li]), threshold=int(t["threshold"][li]))
-                await tb.src["grp"].send(AxiStreamFrame([pack(f_g, **g)]))
-                await tb.src["mg"].send(AxiStreamFrame([pack(f_mg, layer=li, index=index,
+                await tb.src["grp"].send(AxiStreamFrame([pack_fields(f_g, **g)]))
+                await tb.src["mg"].send(AxiStreamFrame([pack_fields(f_mg, layer=li, index=index,
                                                              y_mult=int(t["y_mult"][li]),
                                                              y_shift=int(t["y_shift"][li]))]))
 
@@ -324,7 +316,7 @@ async def decode_steps(dut):
             for li in range(L):
                 for b in range(B):
                     where = f"step {s}, layer {li}, block decoder_layer, row {b}"
-                    got = [unpack(f_r, w, "data.r") for w in (await tb.out["r"].recv()).tdata]
+                    got = [unpack_field(f_r, w, "data.r") for w in (await tb.out["r"].recv()).tdata]
                     assert len(got) == d, f"{where}: {len(got)} elements out, expected {d}"
                     for e in range(d):
                         assert got[e] == r_out[s, li, b, e], (f"{where}, element {e}: RTL r_out {got[e]}, "
@@ -339,10 +331,10 @@ async def decode_steps(dut):
                     while len(zs) < C:
                         zs += (await tb.out["z"].recv()).tdata
                     for n, zw in enumerate(zs):
-                        zv = unpack(f_z, zw, "data.z")
+                        zv = unpack_field(f_z, zw, "data.z")
                         assert zv == t["sample_z"][k, p, n], (f"{where}, element {n}: RTL z {zv}, "
                                                               f"expected {t['sample_z'][k, p, n]}")
-                got_p, tok = unpack(f_o, word, "data.prompt"), unpack(f_o, word, "data.token")
+                got_p, tok = unpack_field(f_o, word, "data.prompt"), unpack_field(f_o, word, "data.token")
                 assert got_p == p, f"{where}: the token is prompt {got_p}'s"
                 assert tok == want_tok[k, p], f"{where}: RTL token {tok}, expected {want_tok[k, p]}"
                 drawn.append(tok)
@@ -369,7 +361,7 @@ async def decode_steps(dut):
     assert len(decisions) == rows, f"scoreboard: {rows} rows in, {len(decisions)} decisions out"
     for n, word in enumerate(decisions):
         s, li, b = steps[n // (L * B)], n // B % L, n % B
-        got = (unpack(f_d, word, "data.tas"), unpack(f_d, word, "data.replay"))
+        got = (unpack_field(f_d, word, "data.tas"), unpack_field(f_d, word, "data.replay"))
         assert got == (int(t["tas"][s, li, b]), int(t["replay"][s, li, b])), \
             f"step {s}, layer {li}, block decoder_layer, row {b}: RTL decision {got}"
     # Every key and value the RTL wrote, where the reads found them.

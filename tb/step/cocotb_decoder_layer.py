@@ -22,13 +22,14 @@ from cocotb.triggers import ClockCycles, RisingEdge
 from cocotbext.axi import AxiStreamFrame, AxiStreamSink, AxiStreamSource
 
 from hw.board.host import config_words
+from hw.lib.payload import fields, pack_fields, unpack_field
 from hw.step.attention_layer import kv_layout
 from hw.step.decoder_layer import channel_layout, mlp_group_layout
 from hw.step.residual import residual_out_layout
 from hw.step.tas_tap import decision_layout
 from sw.config import AccelConfig
 from sw.trace.full_step import load_full_step
-from tb.step.bench import CLOCK_NS, Bench, fields, pack, plant_index, stream_model, unpack
+from tb.step.bench import CLOCK_NS, Bench, plant_index, stream_model
 from tb.step.cocotb_attention_layer import LayerFeed
 from tb.step.cocotb_step_mlp import position, step_layers
 
@@ -72,14 +73,14 @@ async def decoder_layer_trace(dut):
     f_mg, f_ch = fields(mlp_group_layout(cfg)), fields(channel_layout())
     f_r, f_d, f_kv = fields(residual_out_layout()), fields(decision_layout()), fields(kv_layout(dh))
     k_ = t["k"].astype(np.int64)
-    n2 = [[pack(f_ch, mult=int(t["n2_mult"][li, e]), shift=int(t["n2_shift"][li, e])) for e in range(d)]
+    n2 = [[pack_fields(f_ch, mult=int(t["n2_mult"][li, e]), shift=int(t["n2_shift"][li, e])) for e in range(d)]
           for li in range(L)]
     feed_layer = LayerFeed(t, m, tb, ni, no, P)
     groups = [(s, li) for s in steps for li in range(L)]
 
     async def feed():
         for s, li in groups:
-            mg = pack(f_mg, layer=li, index=position(s, start, N)[1], y_mult=int(t["y_mult"][li]),
+            mg = pack_fields(f_mg, layer=li, index=position(s, start, N)[1], y_mult=int(t["y_mult"][li]),
                       y_shift=int(t["y_shift"][li]))
             await tb.src["mg"].send(AxiStreamFrame([mg]))
             await tb.src["n2"].send(AxiStreamFrame(n2[li]))
@@ -99,7 +100,7 @@ async def decoder_layer_trace(dut):
         for b in range(B):
             where = f"step {s}, layer {li}, block decoder_layer, row {b}"
             frame = await tb.out["o"].recv()
-            got = [unpack(f_r, w, "data.r") for w in frame.tdata]
+            got = [unpack_field(f_r, w, "data.r") for w in frame.tdata]
             assert len(got) == d, f"{where}: {len(got)} elements out, expected {d}"
             for e in range(d):
                 rep = " (replayed)" if t["replay"][s, li, b] else ""
@@ -115,12 +116,12 @@ async def decoder_layer_trace(dut):
         f"scoreboard: {rows} rows, {len(decisions)} decisions, {len(kv_words)} heads of k and v out"
     for n, word in enumerate(decisions):
         (s, li), b = groups[n // B], n % B
-        got = (unpack(f_d, word, "data.tas"), unpack(f_d, word, "data.replay"))
+        got = (unpack_field(f_d, word, "data.tas"), unpack_field(f_d, word, "data.replay"))
         assert got == (int(t["tas"][s, li, b]), int(t["replay"][s, li, b])), \
             f"step {s}, layer {li}, block decoder_layer, row {b}: decision {got}"
     for n, word in enumerate(kv_words):
         (s, li), b, h = groups[n // (B * H)], n // H % B, n % H
-        assert [unpack(f_kv, word, f"k.{e}") for e in range(dh)] == list(k_[s, li, b, h]), \
+        assert [unpack_field(f_kv, word, f"k.{e}") for e in range(dh)] == list(k_[s, li, b, h]), \
             f"step {s}, layer {li}, row {b}, head {h}: the new key"
     dut._log.info(f"decoder_layer: {len(groups)} steps and layers, {rows} rows bit-exact "
                   f"({replays} replayed)")

@@ -22,10 +22,11 @@ import numpy as np
 from cocotb.triggers import RisingEdge
 from cocotbext.axi import AxiStreamFrame
 
+from hw.lib.payload import fields, pack_fields, unpack_field
 from hw.step.projection import projection_in_layout, projection_out_layout
 from sw.spec import quant
 from sw.trace.full_step import load_full_step
-from tb.step.bench import Bench, fields, pack, plant_index, unpack
+from tb.step.bench import Bench, plant_index
 from tb.step.cocotb_softmax import selected_steps
 
 
@@ -46,7 +47,7 @@ def runs(f_in, x, w, mult, shift, ni, no):
             vals.update({f"data.w.{n * ni + k}": w[rows, cols][k, n] for n in range(no) for k in range(ni)})
             vals.update({f"data.mult.{n}": mult[cols][n] for n in range(no)})
             vals.update({f"data.shift.{n}": shift[cols][n] for n in range(no)})
-            beats.append(pack(f_in, **vals))
+            beats.append(pack_fields(f_in, **vals))
         yield AxiStreamFrame(beats)
 
 
@@ -110,7 +111,7 @@ async def projection_trace(dut):
     rows = 0
     for (name, s, li, b), *_, want in jobs:
         frame = await sink.recv()
-        ys = [unpack(f_out, w, f"data.y.{n}") for w in frame.tdata for n in range(no)][:len(want)]
+        ys = [unpack_field(f_out, w, f"data.y.{n}") for w in frame.tdata for n in range(no)][:len(want)]
         layer = "" if li is None else f"layer {li}, "
         where = f"step {s}, {layer}block projection ({name}), row {b}"
         assert len(ys) == len(want), f"{where}: {len(ys)} outputs, expected {len(want)}"

@@ -18,11 +18,12 @@ from cocotb.clock import Clock
 from cocotb.triggers import RisingEdge
 from cocotbext.axi import AxiStreamFrame, AxiStreamSink, AxiStreamSource
 
+from hw.lib.payload import fields, pack_fields, unpack_field
 from hw.step.qkv import qkv_head_layout, rope_row_layout
 from hw.step.rmsnorm import rmsnorm_in_layout
 from hw.step.row_runs import weight_layout
 from sw.trace.full_step import load_full_step
-from tb.step.bench import CLOCK_NS, Bench, fields, pack, stream_model, unpack, weight_frames
+from tb.step.bench import CLOCK_NS, Bench, stream_model, weight_frames
 from tb.step.cocotb_softmax import selected_steps
 
 
@@ -71,11 +72,11 @@ async def qkv_trace(dut):
         for s, li in groups:
             mult, shift = t["n1_mult"][li], t["n1_shift"][li]
             for b in range(B):
-                row = [pack(f_in, **{"data.r": r_in[s, li, b, e], "data.mult": mult[e],
+                row = [pack_fields(f_in, **{"data.r": r_in[s, li, b, e], "data.mult": mult[e],
                                      "data.shift": shift[e], "last": e == d - 1}) for e in range(d)]
                 await tb.src.send(AxiStreamFrame(row))
             tables = {f"{x}.{e}": int(t[f"rope_{x}"][s, e]) for x in ("c", "s") for e in range(dh // 2)}
-            await tb.pos.send(AxiStreamFrame([pack(f_pos, **tables)]))
+            await tb.pos.send(AxiStreamFrame([pack_fields(f_pos, **tables)]))
             for frame in weights[li]:
                 await tb.w.send(AxiStreamFrame(frame))
 
@@ -88,7 +89,7 @@ async def qkv_trace(dut):
             assert len(frame.tdata) == H, f"{where}: {len(frame.tdata)} heads out, expected {H}"
             for h, word in enumerate(frame.tdata):
                 for n in ("q", "k", "v"):
-                    got = [unpack(f_out, word, f"data.{n}.{e}") for e in range(dh)]
+                    got = [unpack_field(f_out, word, f"data.{n}.{e}") for e in range(dh)]
                     exp = want[n][s, li, b, h]
                     for e in range(dh):
                         assert got[e] == exp[e], (f"{where}, head {h}, {n} element {e}: RTL {got[e]}, "

@@ -18,10 +18,11 @@ import numpy as np
 from cocotb.triggers import RisingEdge
 from cocotbext.axi import AxiStreamFrame
 
+from hw.lib.payload import fields, pack_fields, unpack_field
 from hw.step.residual import residual_in_layout, residual_out_layout
 from sw.spec import quant
 from sw.trace.full_step import load_full_step
-from tb.step.bench import Bench, fields, pack, plant_index, unpack
+from tb.step.bench import Bench, plant_index
 
 NAMES = {"r_mid": "attention", "r_out": "mlp"}
 
@@ -55,14 +56,14 @@ async def residual_trace(dut):
                          np.full(d, t["y_shift"][li])))
                 for name, r, acc, mult, shift in adds:
                     order.append((name, s, li, b))
-                    await src.send(AxiStreamFrame([pack(f_in, **{"data.r": r[n], "data.acc": acc[n],
+                    await src.send(AxiStreamFrame([pack_fields(f_in, **{"data.r": r[n], "data.acc": acc[n],
                                                                  "data.mult": mult[n], "data.shift": shift[n],
                                                                  "last": n == d - 1})
                                                    for n in range(d)]))
     out = 0
     for name, s, li, b in order:
         frame = await sink.recv()
-        rs = [unpack(f_out, w, "data.r") for w in frame.tdata]
+        rs = [unpack_field(f_out, w, "data.r") for w in frame.tdata]
         where = f"step {s}, layer {li}, block residual ({NAMES[name]}), row {b}"
         assert len(rs) == d, f"{where}: {len(rs)} elements out, expected {d}"
         for n, v in enumerate(rs):

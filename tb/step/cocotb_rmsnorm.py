@@ -14,9 +14,10 @@ import numpy as np
 from cocotb.triggers import RisingEdge
 from cocotbext.axi import AxiStreamFrame
 
+from hw.lib.payload import fields, pack_fields, unpack_field
 from hw.step.rmsnorm import rmsnorm_in_layout, rmsnorm_out_layout
 from sw.trace.full_step import load_full_step
-from tb.step.bench import Bench, fields, pack, plant_index, unpack
+from tb.step.bench import Bench, plant_index
 
 
 @cocotb.test()
@@ -40,13 +41,13 @@ async def norm_trace(dut):
     order = [(s, li, b) for s in range(S) for li in range(L) for b in range(B)]
     for s, li, b in order:
         mult, shift = t["n2_mult"][li], t["n2_shift"][li]
-        await src.send(AxiStreamFrame([pack(f_in, **{"data.r": r_mid[s, li, b, n], "data.mult": mult[n],
+        await src.send(AxiStreamFrame([pack_fields(f_in, **{"data.r": r_mid[s, li, b, n], "data.mult": mult[n],
                                                       "data.shift": shift[n], "last": n == d - 1})
                                        for n in range(d)]))
     out = 0
     for s, li, b in order:
         frame = await sink.recv()
-        ys = [unpack(f_out, w, "data.y") for w in frame.tdata]
+        ys = [unpack_field(f_out, w, "data.y") for w in frame.tdata]
         assert len(ys) == d, f"step {s}, layer {li}, block rmsnorm (post-attention), row {b}: {len(ys)} " \
                              f"elements out, expected {d}"
         for n, y in enumerate(ys):

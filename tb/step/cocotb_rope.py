@@ -12,10 +12,11 @@ import numpy as np
 from cocotb.triggers import RisingEdge
 from cocotbext.axi import AxiStreamFrame
 
+from hw.lib.payload import fields, pack_fields, unpack_field
 from hw.step.rope import rope_in_layout, rope_out_layout
 from sw.spec import quant
 from sw.trace.full_step import load_full_step
-from tb.step.bench import Bench, fields, pack, plant_index, unpack
+from tb.step.bench import Bench, plant_index
 
 
 @cocotb.test()
@@ -50,11 +51,11 @@ async def rope_trace(dut):
                         vals.update({f"c.{j}": c[j] for j in range(dh // 2)})
                         vals.update({f"s.{j}": sn[j] for j in range(dh // 2)})
                         order.append((n, s, li, b, h))
-                        await src.send(AxiStreamFrame([pack(f_in, **vals)]))
+                        await src.send(AxiStreamFrame([pack_fields(f_in, **vals)]))
     for n, s, li, b, h in order:
         word = (await sink.recv()).tdata[0]
         for j in range(dh):
-            y = unpack(f_out, word, f"y.{j}")
+            y = unpack_field(f_out, word, f"y.{j}")
             assert y == want[n][s, li, b, h, j], (f"step {s}, layer {li}, block rope ({n}), row {b}, "
                                                   f"head {h}, element {j}: RTL {y}, "
                                                   f"expected {want[n][s, li, b, h, j]}")

@@ -22,9 +22,10 @@ from cocotb.clock import Clock
 from cocotb.triggers import RisingEdge
 from cocotbext.axi import AxiStreamFrame, AxiStreamSink, AxiStreamSource
 
+from hw.lib.payload import fields, pack_fields, unpack_field
 from hw.step.sampler import sampler_in_layout, sampler_out_layout, sampler_z_layout, seed_layout
 from sw.trace.full_step import load_full_step
-from tb.step.bench import CLOCK_NS, Bench, fields, pack, plant_index, stream_model, unpack
+from tb.step.bench import CLOCK_NS, Bench, plant_index, stream_model
 
 
 class TB:
@@ -71,7 +72,7 @@ async def sample_trace(dut):
     f_out = fields(sampler_out_layout(PR, C))
     f_z = fields(sampler_z_layout(PR, C))
     for b in range(PR):
-        await tb.seed.send(AxiStreamFrame([pack(f_seed, prompt=b, state=int(t["sampler_state"][b]))]))
+        await tb.seed.send(AxiStreamFrame([pack_fields(f_seed, prompt=b, state=int(t["sampler_state"][b]))]))
     await tb.seed.wait()
 
     mult, shift = t["logit_mult"].astype(np.int64), t["logit_shift"].astype(np.int64)
@@ -81,7 +82,7 @@ async def sample_trace(dut):
         for b in range(PR):
             acc_c = logits[L0 + k, b, off:off + C]
             acc_u = logits[L0 + k, PR + b, off:off + C] if guided else np.zeros(C, np.int64)
-            beats = [pack(f_in, **{"data.acc_c": acc_c[n], "data.acc_u": acc_u[n], "data.mult": mult[n],
+            beats = [pack_fields(f_in, **{"data.acc_c": acc_c[n], "data.acc_u": acc_u[n], "data.mult": mult[n],
                                    "data.shift": shift[n], "data.prompt": b, "last": n == C - 1})
                      for n in range(C)]
             await tb.src.send(AxiStreamFrame(beats))
@@ -96,12 +97,12 @@ async def sample_trace(dut):
             frame = await tb.out.recv()
             word = frame.tdata[0]
             tokens += 1
-            p, tok = unpack(f_out, word, "data.prompt"), unpack(f_out, word, "data.token")
+            p, tok = unpack_field(f_out, word, "data.prompt"), unpack_field(f_out, word, "data.token")
             zs = []
             while len(zs) < C:
                 zs += (await tb.z.recv()).tdata
             for n, zw in enumerate(zs):
-                zp, zi, zv = (unpack(f_z, zw, f"data.{x}") for x in ("prompt", "index", "z"))
+                zp, zi, zv = (unpack_field(f_z, zw, f"data.{x}") for x in ("prompt", "index", "z"))
                 assert (zp, zi) == (b, n), (f"{step_of(k)}, block sampler, prompt {b}: z beat {n} is prompt "
                                             f"{zp}, token {zi}")
                 assert zv == want_z[k, b, n], (f"{step_of(k)}, block sampler, prompt {b}, element {n}: "

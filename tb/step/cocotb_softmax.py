@@ -18,10 +18,11 @@ import torch
 from cocotb.triggers import RisingEdge
 from cocotbext.axi import AxiStreamFrame
 
+from hw.lib.payload import fields, pack_fields, unpack_field
 from hw.step.softmax_av import softmax_in_layout, softmax_out_layout
 from sw.model.fastcar import SparseConfig, attention_mask
 from sw.trace.full_step import load_full_step
-from tb.step.bench import Bench, fields, pack, plant_index, unpack
+from tb.step.bench import Bench, plant_index
 
 
 def selected_steps(S, spec):
@@ -64,11 +65,11 @@ async def attention_trace(dut):
             for j, pj in enumerate(pos):
                 vals = {"data.score": scores[j], "last": j == len(pos) - 1}
                 vals.update({f"data.v.{i}": v[pj, li, b, h, i] for i in range(dh)})
-                beats.append(pack(f_in, **vals))
+                beats.append(pack_fields(f_in, **vals))
             await src.send(AxiStreamFrame(beats))
         for s, b, h in order:
             frame = await sink.recv()
-            ys = [unpack(f_out, w, "data.y") for w in frame.tdata]
+            ys = [unpack_field(f_out, w, "data.y") for w in frame.tdata]
             where = f"step {s}, layer {li}, block softmax_av, row {b}, head {h}"
             assert len(ys) == dh, f"{where}: {len(ys)} elements out, expected {dh}"
             for i, y in enumerate(ys):

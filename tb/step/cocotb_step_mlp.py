@@ -23,10 +23,11 @@ from cocotb.triggers import ClockCycles, RisingEdge
 from cocotbext.axi import AxiStreamFrame, AxiStreamSink, AxiStreamSource
 
 from hw.accel.layouts import decided_row_in_layout, out_user_layout
-from hw.board.host import config_words, pack_struct, unpack_y
+from hw.board.host import config_words, unpack_y
+from hw.lib.payload import fields, pack, unpack_field
 from sw.config import AccelConfig
 from sw.trace.full_step import load_full_step
-from tb.step.bench import CLOCK_NS, Bench, fields, plant_index, stream_model, unpack
+from tb.step.bench import CLOCK_NS, Bench, plant_index, stream_model
 
 MLP_CONSTS = ("mult_g", "shift_g", "mult_u", "shift_u", "lut", "mult_h", "shift_h", "mult_d", "shift_d")
 
@@ -83,7 +84,7 @@ async def mlp_trace(dut):
     async def feed():
         for s, li in groups:
             index = position(s, P0, N)[1]
-            await tb.x.send(AxiStreamFrame([pack_struct(lay, {
+            await tb.x.send(AxiStreamFrame([pack(lay, {
                 "x": m_[s, li, b], "tas": int(tas[s, li, b]), "replay": int(replay[s, li, b]),
                 "layer": li, "index": index, "row": b}) for b in range(B)]))
 
@@ -96,10 +97,10 @@ async def mlp_trace(dut):
         for b, bits in enumerate(frame.tdata):
             user = frame.tuser if isinstance(frame.tuser, int) else frame.tuser[b]
             where = f"step {s}, layer {li}, block mlp, row {b}"
-            got_row, got_rep = unpack(f_user, user, "row"), unpack(f_user, user, "replay")
+            got_row, got_rep = unpack_field(f_user, user, "row"), unpack_field(f_user, user, "replay")
             assert got_row == b, f"{where}: row {got_row} out in its place"
             assert got_rep == replay[s, li, b], f"{where}: RTL replay {got_rep}, expected {replay[s, li, b]}"
-            assert unpack(f_user, user, "tas") == tas[s, li, b], f"{where}: the TAS it carries"
+            assert unpack_field(f_user, user, "tas") == tas[s, li, b], f"{where}: the TAS it carries"
             y = unpack_y(int(bits), d).astype(np.int64)
             bad = np.flatnonzero(y != want[s, li, b])
             if bad.size:

@@ -20,12 +20,13 @@ from cocotb.clock import Clock
 from cocotb.triggers import RisingEdge
 from cocotbext.axi import AxiStreamFrame, AxiStreamSink, AxiStreamSource
 
+from hw.lib.payload import fields, pack_fields, unpack_field
 from hw.step.rmsnorm import rmsnorm_in_layout
 from hw.step.sampler import sampler_out_layout, sampler_z_layout, seed_layout
 from hw.step.token_head import head_weight_layout
 from sw.spec import quant
 from sw.trace.full_step import load_full_step
-from tb.step.bench import CLOCK_NS, Bench, fields, pack, plant_index, stream_model, unpack, weight_frames
+from tb.step.bench import CLOCK_NS, Bench, plant_index, stream_model, weight_frames
 
 
 class TB:
@@ -94,13 +95,13 @@ async def head_trace(dut):
 
     async def load_seeds(k):
         for p in range(PR):
-            await tb.seed.send(AxiStreamFrame([pack(f_seed, prompt=p, state=state_at(p, k))]))
+            await tb.seed.send(AxiStreamFrame([pack_fields(f_seed, prompt=p, state=state_at(p, k))]))
         await tb.seed.wait()
 
     async def send(k):
         s = L0 + k
         for b in range(rows):
-            row = [pack(f_in, **{"data.r": r_out[s, L - 1, b, n], "data.mult": nf_m[n],
+            row = [pack_fields(f_in, **{"data.r": r_out[s, L - 1, b, n], "data.mult": nf_m[n],
                                  "data.shift": nf_s[n], "last": n == d - 1}) for n in range(d)]
             await tb.src.send(AxiStreamFrame(row))
         for _ in range(PR):
@@ -119,13 +120,13 @@ async def head_trace(dut):
             while len(zs) < C:
                 zs += (await tb.z.recv()).tdata
             for n, zw in enumerate(zs):
-                zp, zi, zv = (unpack(f_z, zw, f"data.{x}") for x in ("prompt", "index", "z"))
+                zp, zi, zv = (unpack_field(f_z, zw, f"data.{x}") for x in ("prompt", "index", "z"))
                 assert (zp, zi) == (p, n), f"{where(k, p)}: z beat {n} is prompt {zp}, token {zi}"
                 assert zv == want_z[k, p, n], (f"{where(k, p)}, element {n}: RTL z {zv}, "
                                                f"expected {want_z[k, p, n]}")
             out["tokens"] += 1
             out["z"] += len(zs)
-            got_p, tok = unpack(f_out, word, "data.prompt"), unpack(f_out, word, "data.token")
+            got_p, tok = unpack_field(f_out, word, "data.prompt"), unpack_field(f_out, word, "data.token")
             assert got_p == p, f"{where(k, p)}: the token is prompt {got_p}'s"
             assert tok == want_tok[k, p], f"{where(k, p)}: RTL token {tok}, expected {want_tok[k, p]}"
 
