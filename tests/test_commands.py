@@ -34,7 +34,7 @@ SCRIPTS = ["sw/export_trace.py", "sw/model/generate.py", "sw/model/train.py", "s
 #: The modules behind those script paths: their usage line names the script.
 SCRIPT_MODULES = {"sw.trace.export", "sw.model.generate", "sw.model.train", "sw.evidence.sweep_tau"}
 #: Modules whose command is their package's (``python -m sw.trace``, ``python -m sw.golden``).
-PACKAGE_COMMANDS = {"sw.trace.store": "sw.trace", "sw.golden.calibrate": "sw.golden"}
+PACKAGE_COMMANDS = {"sw.trace.check": "sw.trace", "sw.golden.calibrate": "sw.golden"}
 
 
 def test_commands_found():
