@@ -1,0 +1,191 @@
+"""The job runner (``sw/jobs.py``) on a Dask scheduler of two worker processes on the loopback address:
+the same results as a serial run, a store that resumes a stopped run, a failing job named by its key."""
+
+import json
+import os
+import pickle
+import socket
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from sw import jobs
+from sw.jobs import JobError, SchedulerError, StoreError, run_jobs
+
+# The tests share one cluster: on one pytest-xdist worker.
+pytestmark = pytest.mark.xdist_group("dask")
+
+#: Times this process ran :func:`_init` (the job runner runs it once per process).
+_INITS = 0
+
+
+@pytest.fixture(scope="module")
+def scheduler():
+    from distributed import LocalCluster
+
+    with LocalCluster(n_workers=2, threads_per_worker=1, host="127.0.0.1", dashboard_address=None,
+                      processes=True) as cluster:
+        yield cluster.scheduler_address
+
+
+def _init():
+    global _INITS
+    _INITS += 1
+
+
+def _work(job):
+    """A job: a sum of random numbers (its value depends on the order of the additions); it leaves a
+    file naming its key, its process and the inits that process ran in ``job["calls"]``."""
+    if job.get("calls"):
+        Path(job["calls"], f"{job['key']}.{os.getpid()}.{_INITS}.{uuid.uuid4().hex}").touch()
+    time.sleep(job.get("sleep", 0.0))
+    if job.get("fail"):
+        raise ValueError(f"planted failure in {job['key']}")
+    x = np.random.default_rng(job["i"]).standard_normal(1000)
+    total = 0.0
+    for v in x:
+        total += float(v)
+    if job.get("wrong") and os.getpid() != job["client"]:
+        total += 1e-12                       # planted: a worker's result differs from a serial run's
+    return {"i": job["i"], "sum": total, "max": float(x.max())}
+
+
+def _jobs(n, calls=None, **extra):
+    return {f"j{i:02d}": {"key": f"j{i:02d}", "i": i, "calls": str(calls) if calls else None, **extra}
+            for i in range(n)}
+
+
+def _calls(calls: Path) -> dict:
+    """Per key, the ``(pid, inits)`` of every call that left a file."""
+    out = {}
+    for f in calls.iterdir():
+        key, pid, inits, _ = f.name.split(".")
+        out.setdefault(key, []).append((int(pid), int(inits)))
+    return out
+
+
+def differences(got: dict, want: dict) -> list[str]:
+    """The keys whose results differ, or are missing or extra, or out of order."""
+    bad = sorted(k for k in set(got) | set(want) if got.get(k) != want.get(k))
+    return bad or ([] if list(got) == list(want) else ["(order)"])
+
+
+def test_a_run_through_a_scheduler_equals_a_serial_run(scheduler, tmp_path):
+    """The results by key, in the jobs' order though the first finishes last, computed in the
+    workers' processes (each ran the worker init once), equal to a serial run's."""
+    calls = tmp_path / "calls"
+    calls.mkdir()
+    work = _jobs(8, calls)
+    work["j00"]["sleep"] = 1.0
+    got = run_jobs(_work, work, scheduler=scheduler, progress=False, worker_init=_init)
+    ran = _calls(calls)
+    want = run_jobs(_work, _jobs(8), workers=1, progress=False)
+    assert differences(got, want) == [] and list(got) == list(work)
+    assert sorted(ran) == sorted(work) and all(len(v) == 1 for v in ran.values())
+    pids = {pid for v in ran.values() for pid, _ in v}
+    assert os.getpid() not in pids and 1 <= len(pids) <= 2
+    assert {inits for v in ran.values() for _, inits in v} == {1}
+
+
+def test_a_planted_wrong_result_is_seen(scheduler):
+    """The comparison above fails when a worker's result differs from the serial run's by 1e-12."""
+    work = _jobs(6, client=os.getpid())
+    work["j03"]["wrong"] = True
+    got = run_jobs(_work, work, scheduler=scheduler, progress=False)
+    want = run_jobs(_work, work, workers=1, progress=False)
+    assert differences(got, want) == ["j03"]
+    assert differences(dict(reversed(want.items())), want) == ["(order)"]
+
+
+def test_a_stopped_run_resumes_from_its_store(scheduler, tmp_path):
+    """A run over a store that holds some keys runs only the others, and returns every result; each
+    result is its store file's content; nothing else is left in the store."""
+    calls, store = tmp_path / "calls", tmp_path / "store"
+    calls.mkdir()
+    work = _jobs(7, calls)
+    first = run_jobs(_work, dict(list(work.items())[:3]), scheduler=scheduler, store=store, progress=False)
+    assert list(first) == ["j00", "j01", "j02"]
+    got = run_jobs(_work, work, scheduler=scheduler, store=store, progress=False)
+    assert {k: len(v) for k, v in _calls(calls).items()} == dict.fromkeys(work, 1)
+    assert differences(got, run_jobs(_work, _jobs(7), workers=1, progress=False)) == []
+    assert sorted(p.name for p in store.iterdir()) == [f"{k}.pkl" for k in work]
+    for k, r in got.items():
+        assert pickle.loads((store / f"{k}.pkl").read_bytes()) == r
+    # A result in the store is taken as it is, not run again.
+    (store / "j04.pkl").write_bytes(pickle.dumps("planted"))
+    assert run_jobs(_work, work, scheduler=scheduler, store=store, progress=False)["j04"] == "planted"
+    assert len(list(calls.iterdir())) == len(work)
+    (store / "j05.pkl").write_bytes(b"not a pickle")
+    with pytest.raises(StoreError, match=r"j05\.pkl: cannot read a stored result.*remove it"):
+        run_jobs(_work, work, workers=1, store=store, progress=False)
+
+
+def test_a_json_store_writes_one_file_per_key_under_its_folders(tmp_path):
+    got = run_jobs(_work, {"a/0001": {"i": 1}, "b+c/0002": {"i": 2}}, workers=1, store=tmp_path,
+                   store_format="json", progress=False)
+    assert (tmp_path / "a" / "0001.json").read_text() == json.dumps(got["a/0001"]) + "\n"
+    assert json.loads((tmp_path / "b+c" / "0002.json").read_text()) == got["b+c/0002"]
+    for key in ("", "../x", "a//b", "/abs", "a/./b"):
+        with pytest.raises(StoreError, match="cannot name a file"):
+            run_jobs(_work, {key: {"i": 0}}, workers=1, store=tmp_path, progress=False)
+
+
+@pytest.mark.parametrize("where", ["scheduler", "serial"])
+def test_a_failing_job_is_named_and_the_others_stay_stored(scheduler, tmp_path, where):
+    """The failing job's key and exception in one error; every job started before it is stored; a
+    rerun without the fault runs only what is not stored."""
+    calls, store = tmp_path / "calls", tmp_path / "store"
+    calls.mkdir()
+    work = _jobs(8, calls)
+    work["j05"]["fail"] = True
+    kw = {"scheduler": scheduler} if where == "scheduler" else {"workers": 1}
+    with pytest.raises(JobError, match=r"^job 'j05' failed: ValueError: planted failure in j05$") as e:
+        run_jobs(_work, work, store=store, progress=False, **kw)
+    assert e.value.key == "j05" and isinstance(e.value.__cause__, ValueError)
+    stored = {p.stem for p in store.iterdir()}
+    assert {"j00", "j01", "j02", "j03", "j04"} <= stored and "j05" not in stored   # after: if started
+    del work["j05"]["fail"]
+    run_jobs(_work, work, store=store, progress=False, **kw)
+    ran = {k: len(v) for k, v in _calls(calls).items()}
+    assert ran == {k: 1 if k in stored else 2 if k == "j05" else 1 for k in work}
+
+
+def test_an_unreachable_scheduler_is_named_in_one_line():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        address = f"tcp://127.0.0.1:{s.getsockname()[1]}"         # nothing listens there once closed
+    for bad in (address, "nonsense"):
+        with pytest.raises(SchedulerError, match=f"cannot reach the Dask scheduler at {bad}: ") as e:
+            run_jobs(_work, _jobs(1), scheduler=bad, connect_timeout=1, progress=False)
+        assert "\n" not in str(e.value)
+
+
+def test_worker_slots_are_unique_among_running_jobs():
+    """Jobs that run at the same time in one process get names of their own; a finished job's name
+    is free again."""
+    barrier, names = threading.Barrier(3), []
+
+    def job():
+        with jobs.worker_slot() as name:
+            barrier.wait()
+            names.append(name)
+            barrier.wait()
+
+    threads = [threading.Thread(target=job) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(names) == ["0", "0-1", "0-2"]
+    with jobs.worker_slot() as name:
+        assert name == "0"
+
+
+def test_the_job_runner_imports_nothing_of_the_project_but_atomic():
+    from tests.test_layout import import_graph, modules
+
+    assert import_graph(modules())["sw.jobs"] <= {"sw.atomic"}
