@@ -1,5 +1,6 @@
 """The job runner (``sw/jobs.py``) on a Dask scheduler of two worker processes on the loopback address:
-the same results as a serial run, a store that resumes a stopped run, a failing job named by its key."""
+the same results as a serial run, a store that resumes a stopped run, a failing job named by its key;
+and the frontier through it."""
 
 import json
 import os
@@ -189,3 +190,25 @@ def test_the_job_runner_imports_nothing_of_the_project_but_atomic():
     from tests.test_layout import import_graph, modules
 
     assert import_graph(modules())["sw.jobs"] <= {"sw.atomic"}
+
+
+# --------------------------------------------------------------------------------------------------
+# Its users
+
+
+def test_the_frontier_through_a_scheduler_gives_the_same_entries(scheduler, monkeypatch):
+    """The documented contract's run (2 settings x 4 prompts, float path) on the scheduler's workers
+    and here: the same frontier, entry for entry."""
+    from sw.evidence import frontier
+    from sw.model import data
+
+    settings = [frontier.Setting("dense", "dense", None, paths=("float",)),
+                frontier.Setting("sparse tas -4", "shipped", "logit", -4.0, sparse=(5, 65), paths=("float",))]
+    prompts = [*data.DEFAULT_PROMPTS[:2], *data.heldout_prompts()[:2]]
+    monkeypatch.setattr(frontier, "BUDGET_POINTS", 100.0)
+    kw = dict(paths=("float",), prompts=prompts, seeds=(0,), heldout_seeds=(), test_seeds=(100,),
+              progress=False)
+    there = frontier.run(settings, scheduler=scheduler, **kw)
+    here = frontier.run(settings, jobs=1, **kw)
+    assert [e["name"] for e in there["entries"]] == ["dense", "sparse tas -4", "dense", "sparse tas -4"]
+    assert there == here
