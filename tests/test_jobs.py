@@ -1,6 +1,6 @@
 """The job runner (``sw/jobs.py``) on a Dask scheduler of two worker processes on the loopback address:
 the same results as a serial run, a store that resumes a stopped run, a failing job named by its key;
-and the frontier through it."""
+and the frontier and the whole-video RTL chunks through it."""
 
 import json
 import os
@@ -212,3 +212,55 @@ def test_the_frontier_through_a_scheduler_gives_the_same_entries(scheduler, monk
     here = frontier.run(settings, jobs=1, **kw)
     assert [e["name"] for e in there["entries"]] == ["dense", "sparse tas -4", "dense", "sparse tas -4"]
     assert there == here
+
+
+def _fake_simulate(trace, mode, a, spec, sdram, preload, variant):
+    """A stand-in for the RTL run of one chunk: cycles and bytes made up from the steps, and a record
+    of the build directory it held and when, under the trace's folder."""
+    t0 = time.time()
+    time.sleep(0.3)
+    lo, count = (int(x) for x in spec.split(":")[1:])
+    steps = list(range(lo, lo + count))
+    runs = Path(trace).parent / "runs"
+    runs.mkdir(exist_ok=True)
+    (runs / f"{mode}-{a}-{uuid.uuid4().hex}.json").write_text(json.dumps(
+        {"variant": variant, "t0": t0, "t1": time.time(), "pid": os.getpid()}))
+    return {"steps": steps, "cycles": [1000 + 7 * s + int(preload) for s in steps],
+            "step_bytes": [[64 * s, 8 * s] for s in steps], "data_width": 64, "mv": [8, 8]}
+
+
+def test_e2e_chunks_go_through_the_scheduler(scheduler, tmp_path, monkeypatch):
+    """The whole-video measurement's chunks as jobs on the scheduler's workers (the simulation
+    replaced by a stand-in): the same chunk files as a serial run, each a chunk the report reads, and
+    no two simulations at the same time in one build directory."""
+    import tb.step.calibrate
+    from tb.step import e2e
+
+    for mode in ("dense", "fastcar"):
+        (tmp_path / "traces" / mode).mkdir(parents=True)
+        (tmp_path / "traces" / mode / "manifest.json").write_text(json.dumps({"mode": mode}))
+    monkeypatch.setattr(tb.step.calibrate, "trace_dir", lambda mode: tmp_path / "traces" / mode)
+    monkeypatch.setattr(e2e, "simulate_chunk", _fake_simulate)
+    S, n = 10, 4
+    todo = [(mode, S, a, m) for mode in ("dense", "fastcar") for a, m in e2e.chunks(S, n)]
+    got = e2e.measure(todo, sdram=2.8, out=tmp_path / "out", build_tag="cal", jobs=2, scheduler=scheduler)
+    assert list(got) == [f"{mode}/{a:04d}" for mode, _, a, _ in todo]
+    runs = [json.loads(p.read_text()) for p in (tmp_path / "traces" / "runs").iterdir()]
+    assert len(runs) == len(todo) and os.getpid() not in {r["pid"] for r in runs}
+    assert {r["variant"] for r in runs} <= {"cal", "cal1"}
+    for r in runs:
+        for o in runs:
+            if r is not o and r["t0"] < o["t1"] and o["t0"] < r["t1"]:
+                assert r["variant"] != o["variant"], "two simulations in one build directory at once"
+    (tmp_path / "traces" / "runs").rename(tmp_path / "runs-scheduler")
+    e2e.measure(todo, sdram=2.8, out=tmp_path / "serial", build_tag="cal", jobs=1)
+    runs = [json.loads(p.read_text()) for p in (tmp_path / "traces" / "runs").iterdir()]
+    assert {r["variant"] for r in runs} == {"cal"} and {r["pid"] for r in runs} == {os.getpid()}
+    for mode, _, a, m in todo:
+        there = e2e.chunk_file(tmp_path / "out", mode, a).read_text()
+        here = e2e.chunk_file(tmp_path / "serial", mode, a).read_text()
+        assert there == json.dumps(json.loads(there)) + "\n"
+        c = e2e.load_chunk(e2e.chunk_file(tmp_path / "out", mode, a), mode, a, m, 2.8,
+                           e2e.trace_sha(tmp_path / "traces" / mode))
+        assert c["cycles"] == [1000 + 7 * s + int(mode == "fastcar" and a > 0) for s in range(a, a + m)]
+        assert {**json.loads(there), "seconds": 0} == {**json.loads(here), "seconds": 0}
