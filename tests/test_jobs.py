@@ -1,7 +1,8 @@
 """The job runner (``sw/jobs.py``) on a Dask scheduler of two worker processes on the loopback address:
 the same results as a serial run, a store that resumes a stopped run, a failing job named by its key;
-and the frontier and the whole-video RTL chunks through it."""
+and the frontier, the whole-video RTL chunks and the mutants through it."""
 
+import functools
 import json
 import os
 import pickle
@@ -264,3 +265,48 @@ def test_e2e_chunks_go_through_the_scheduler(scheduler, tmp_path, monkeypatch):
                            e2e.trace_sha(tmp_path / "traces" / mode))
         assert c["cycles"] == [1000 + 7 * s + int(mode == "fastcar" and a > 0) for s in range(a, a + m)]
         assert {**json.loads(there), "seconds": 0} == {**json.loads(here), "seconds": 0}
+
+
+def test_mutants_run_through_the_scheduler(scheduler, tmp_path):
+    """Two planted bugs in a small tree, each in a copy of its own on the scheduler's workers: the
+    caught one and the one no test sees; the copies end unchanged."""
+    from tb.mutants import Mutant, run_mutant
+    from tb.mutation import Mutation
+
+    src = tmp_path / "repo"
+    (src / "pkg").mkdir(parents=True)
+    (src / "tests").mkdir()
+    (src / "pkg" / "__init__.py").write_text("")
+    (src / "pkg" / "mod.py").write_text("def one():\n    return 1\n\n\ndef two():\n    return 2\n")
+    (src / "tests" / "test_mod.py").write_text("from pkg.mod import one\n\n\ndef test_one():\n"
+                                               "    assert one() == 1\n")
+    mutants = {"one": Mutant("one", "one returns 2", Mutation("pkg/mod.py", "return 1", "return 2"),
+                             ("tests/test_mod.py",)),
+               "two": Mutant("two", "two returns 3", Mutation("pkg/mod.py", "return 2", "return 3"),
+                             ("tests/test_mod.py",))}
+    rows = run_jobs(functools.partial(run_mutant, source=src, timeout=60, logs=tmp_path / "logs"), mutants,
+                    scheduler=scheduler, progress=False)
+    assert [(r["name"], r["status"]) for r in rows.values()] == [("one", "caught"), ("two", "SURVIVED")]
+    assert rows["one"]["caught_by"] == "tests/test_mod.py::test_one"
+    copies = sorted(p for p in tmp_path.iterdir() if p.name.startswith("slot-"))
+    assert copies and all((c / "pkg" / "mod.py").read_text() == (src / "pkg" / "mod.py").read_text()
+                          and not (c / ".mutant").exists() for c in copies)
+    assert (tmp_path / "logs" / "one.log").exists()
+
+
+def test_a_mutation_left_by_a_killed_job_is_undone(tmp_path):
+    """A slot's copy whose ``.mutant`` names a file (its job died before restoring it) gets that file
+    back from the unchanged copy before the next mutant."""
+    from tb.mutants import _slot_copy
+
+    src = tmp_path / "repo"
+    (src / "pkg").mkdir(parents=True)
+    (src / "pkg" / "mod.py").write_text("x = 1\n")
+    copy = _slot_copy(src, "3")
+    assert copy == tmp_path / "slot-3" and (copy / "pkg" / "mod.py").read_text() == "x = 1\n"
+    (copy / "pkg" / "mod.py").write_text("x = 2\n")
+    (copy / ".mutant").write_text("pkg/mod.py")
+    assert _slot_copy(src, "3") == copy
+    assert (copy / "pkg" / "mod.py").read_text() == "x = 1\n" and not (copy / ".mutant").exists()
+    (copy / "pkg" / "mod.py").write_text("x = 2\n")               # without the marker: left as it is
+    assert (_slot_copy(src, "3") / "pkg" / "mod.py").read_text() == "x = 2\n"
