@@ -5,11 +5,14 @@
 (they must pass), then, for each mutant, rewrites one file of the copy, runs that mutant's
 tests (amaranth.sim unit tests, formal properties, golden-model tests) with ``pytest -x`` and
 restores the file. A mutant is *caught* when a test fails. The table goes to the terminal and
-``build/mutants/report.json``; the exit status is 1 if any mutant survived.
+``build/mutants/report.json``; the exit status is 1 if any mutant survived. The mutants are jobs
+of :mod:`sw.jobs`: one after another by default, ``--jobs N`` side by side (each job in a copy of
+its own, made from the unchanged one), or ``--scheduler tcp://HOST:PORT`` on the workers of a
+running Dask scheduler that share this machine's files.
 
 Usage::
 
-    python -m tb.mutants [--only NAME ...] [--list] [--timeout S] [--keep]
+    python -m tb.mutants [--only NAME ...] [--list] [--timeout S] [--keep] [--jobs N | --scheduler ADDRESS]
 """
 
 from __future__ import annotations
@@ -351,49 +354,105 @@ def _pytest(copy: Path, tests, timeout: float, log: Path) -> tuple[str, float, s
     return "error", secs, detail or f"pytest exit {proc.returncode}: {tail}"
 
 
-def run(mutants, *, timeout: float = 300, keep: bool = False, progress=print) -> dict:
-    """Run the mutation check; returns the report (also written to ``build/mutants/report.json``)."""
+def _slot_copy(source: Path, slot: str) -> Path:
+    """The copy of ``source`` (the unchanged copy of the repository) that the jobs in ``slot``
+    (:func:`sw.jobs.worker_slot`) mutate, made on first use beside it, whole or not at all. A mutation
+    that a job killed mid-way left in it is undone first (``.mutant`` names its file)."""
+    if not source.is_dir():
+        raise RuntimeError(f"{source}: no such directory on this worker (the workers must share the files "
+                           "of the machine that runs python -m tb.mutants)")
+    copy = source.parent / f"slot-{slot}"
+    if not copy.is_dir():
+        part = Path(tempfile.mkdtemp(prefix=f".slot-{slot}.", dir=source.parent))
+        shutil.copytree(source, part / "repo", ignore=_IGNORE, symlinks=True)
+        os.replace(part / "repo", copy)
+        part.rmdir()
+    marker = copy / ".mutant"
+    if marker.exists():
+        path = marker.read_text()
+        shutil.copyfile(source / path, copy / path)
+        marker.unlink()
+    return copy
+
+
+def run_mutant(mu: Mutant, *, source: Path, timeout: float, logs: Path = OUT) -> dict:
+    """One mutant's row of the report: its file changed in a copy of ``source`` that no other job
+    running at the same time uses (:func:`_slot_copy`), its tests run there (pytest's output in
+    ``logs / <name>.log``), the file restored."""
+    from sw.jobs import worker_slot
+
+    Path(logs).mkdir(parents=True, exist_ok=True)
+    with worker_slot() as slot:
+        copy = _slot_copy(source, slot)
+        (copy / ".mutant").write_text(mu.mutation.path)
+        original = mu.mutation.apply(copy)
+        try:
+            outcome, secs, detail = _pytest(copy, list(mu.tests), timeout, Path(logs) / f"{mu.name}.log")
+        finally:
+            (copy / mu.mutation.path).write_text(original)
+            (copy / ".mutant").unlink()
+    status = {"fail": "caught", "timeout": "caught (timeout)", "pass": "SURVIVED"}.get(outcome, "ERROR")
+    return {"name": mu.name, "what": mu.what, "file": mu.mutation.path,
+            "old": mu.mutation.old, "new": mu.mutation.new, "tests": list(mu.tests),
+            "status": status, "caught_by": detail, "seconds": round(secs, 1)}
+
+
+def run(mutants, *, timeout: float = 300, keep: bool = False, progress=print, jobs: int = 1,
+        scheduler: str | None = None) -> dict:
+    """Run the mutation check; returns the report (also written to ``build/mutants/report.json``).
+
+    The baseline runs here; the mutants are jobs of :mod:`sw.jobs`: one after another here
+    (``jobs=1``), ``jobs`` at a time on a local Dask cluster, or on the workers of the Dask scheduler
+    at ``scheduler`` (``tcp://HOST:PORT``; they must share this machine's files, since each job copies
+    the unchanged repository from the temporary directory). The report lists the mutants in the
+    order given, whichever finished first."""
+    import functools
+
+    from sw.atomic import atomic_file
+    from sw.jobs import JobRunner
+
     start = time.monotonic()
-    tmp = Path(tempfile.mkdtemp(prefix="fastcar-mutants-"))
-    copy = tmp / "repo"
-    try:
-        shutil.copytree(REPO, copy, ignore=_IGNORE, symlinks=True)
-        check = subprocess.run([sys.executable, "-c", "import hw; print(hw.__file__)"], cwd=copy,
-                               env=dict(os.environ, PYTHONPATH=str(copy)), capture_output=True, text=True)
-        if not check.stdout.strip().startswith(str(copy)):
-            raise RuntimeError(f"the copy's hw package is not the one imported: {check.stdout.strip()}")
-        for mu in mutants:                          # every mutation must still apply
-            mu.mutation.mutated_source(copy)
-        tests = sorted({t for mu in mutants for t in mu.tests})
-        progress(f"baseline: {len(tests)} test selections on the unchanged copy ...")
-        OUT.mkdir(parents=True, exist_ok=True)
-        outcome, baseline, detail = _pytest(copy, tests, timeout * 2, OUT / "baseline.log")
-        if outcome != "pass":
-            raise RuntimeError(f"the tests do not pass on the unchanged copy ({outcome}: {detail}); "
-                               f"a mutant can only be judged against a green baseline")
-        progress(f"baseline: pass ({baseline:.0f} s)")
-        rows = []
-        for n, mu in enumerate(mutants, 1):
-            original = mu.mutation.apply(copy)
-            try:
-                outcome, secs, detail = _pytest(copy, list(mu.tests), timeout, OUT / f"{mu.name}.log")
-            finally:
-                (copy / mu.mutation.path).write_text(original)
-            status = {"fail": "caught", "timeout": "caught (timeout)",
-                      "pass": "SURVIVED"}.get(outcome, "ERROR")
-            rows.append({"name": mu.name, "what": mu.what, "file": mu.mutation.path,
-                         "old": mu.mutation.old, "new": mu.mutation.new, "tests": list(mu.tests),
-                         "status": status, "caught_by": detail, "seconds": round(secs, 1)})
-            progress(f"[{n}/{len(mutants)}] {mu.name}: {status} {detail} ({secs:.0f} s)")
-    finally:
-        if keep:
-            progress(f"copy kept in {copy}")
-        else:
-            shutil.rmtree(tmp, ignore_errors=True)
+    # On the scheduler's workers: an unreachable scheduler is named before the baseline runs.
+    with JobRunner(scheduler=scheduler, workers=jobs) as runner:
+        tmp = Path(tempfile.mkdtemp(prefix="fastcar-mutants-"))
+        copy = tmp / "repo"
+        try:
+            shutil.copytree(REPO, copy, ignore=_IGNORE, symlinks=True)
+            check = subprocess.run([sys.executable, "-c", "import hw; print(hw.__file__)"], cwd=copy,
+                                   env=dict(os.environ, PYTHONPATH=str(copy)), capture_output=True, text=True)
+            if not check.stdout.strip().startswith(str(copy)):
+                raise RuntimeError(f"the copy's hw package is not the one imported: {check.stdout.strip()}")
+            for mu in mutants:                          # every mutation must still apply
+                mu.mutation.mutated_source(copy)
+            tests = sorted({t for mu in mutants for t in mu.tests})
+            progress(f"baseline: {len(tests)} test selections on the unchanged copy ...")
+            OUT.mkdir(parents=True, exist_ok=True)
+            outcome, baseline, detail = _pytest(copy, tests, timeout * 2, OUT / "baseline.log")
+            if outcome != "pass":
+                raise RuntimeError(f"the tests do not pass on the unchanged copy ({outcome}: {detail}); "
+                                   f"a mutant can only be judged against a green baseline")
+            progress(f"baseline: pass ({baseline:.0f} s)")
+            finished = []
+
+            def show(name, row):
+                finished.append(name)
+                progress(f"[{len(finished)}/{len(mutants)}] {name}: {row['status']} {row['caught_by']} "
+                         f"({row['seconds']:.0f} s)")
+
+            one = functools.partial(run_mutant, source=copy, timeout=timeout, logs=OUT)
+            results = runner.run(one, {mu.name: mu for mu in mutants}, progress=False, desc="mutants",
+                                 on_result=show)
+            rows = list(results.values())
+        finally:
+            if keep:
+                progress(f"copies kept in {tmp}: repo unchanged, slot-* where the mutants ran")
+            else:
+                shutil.rmtree(tmp, ignore_errors=True)
     caught = sum(r["status"].startswith("caught") for r in rows)
     report = {"mutants": len(rows), "caught": caught, "baseline_seconds": round(baseline, 1),
               "seconds": round(time.monotonic() - start, 1), "results": rows}
-    (OUT / "report.json").write_text(json.dumps(report, indent=2) + "\n")
+    with atomic_file(OUT / "report.json") as f:
+        Path(f).write_text(json.dumps(report, indent=2) + "\n")
     return report
 
 
@@ -413,7 +472,14 @@ def main(argv=None) -> int:
     ap.add_argument("--list", action="store_true", help="list the mutants and their tests, and exit")
     ap.add_argument("--timeout", type=float, default=300, help="seconds per mutant (default 300)")
     ap.add_argument("--keep", action="store_true", help="keep the temporary copy of the repository")
+    ap.add_argument("--jobs", type=int, default=1,
+                    help="mutants side by side on this machine, each in its own copy (default 1)")
+    ap.add_argument("--scheduler", metavar="ADDRESS", default=None,
+                    help="run the mutants on the workers of the Dask scheduler at ADDRESS (tcp://HOST:PORT), "
+                         "which share this machine's files")
     args = ap.parse_args(argv)
+    if args.jobs < 1:
+        ap.error(f"--jobs {args.jobs}: at least 1")
     try:
         chosen = [by_name(n) for n in args.only] if args.only else MUTANTS
     except KeyError as e:
@@ -426,9 +492,11 @@ def main(argv=None) -> int:
         return 0
     # A terminated run still removes its copy of the repository.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    from sw.jobs import SchedulerError
+
     try:
-        report = run(chosen, timeout=args.timeout, keep=args.keep)
-    except (RuntimeError, MutationError) as e:
+        report = run(chosen, timeout=args.timeout, keep=args.keep, jobs=args.jobs, scheduler=args.scheduler)
+    except (RuntimeError, MutationError, SchedulerError) as e:
         print(f"mutants: {e}", file=sys.stderr)
         return 2
     print(table(report))

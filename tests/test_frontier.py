@@ -141,6 +141,11 @@ def test_bad_options_are_refused(tmp_path, capsys):
     assert frontier.main(["--out", str(tmp_path / "x"), "--quick"]) == 1
     assert "pass --force" in capsys.readouterr().err and (tmp_path / "x" / "f").read_text() == "keep"
     assert frontier.main(["--out", str(tmp_path / "y"), "--jobs", "0"]) == 1
+    assert frontier.main(["--out", str(tmp_path / "y"), "--jobs", "2", "--scheduler", "tcp://h:1"]) == 1
+    assert "the scheduler's workers decide" in capsys.readouterr().err
+    assert frontier.main(["--out", str(tmp_path / "y"), "--quick", "--scheduler", "nonsense"]) == 1
+    assert "error: cannot reach the Dask scheduler at nonsense: " in capsys.readouterr().err
+    assert not (tmp_path / "y").exists()
     with pytest.raises(frontier.FrontierError, match="unique"):
         frontier.run([frontier.Setting("dense", "dense", None)] * 2, prompts=["red square moves up"])
     with pytest.raises(frontier.FrontierError, match="dense"):

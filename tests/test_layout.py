@@ -7,9 +7,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 
 #: What may stay at the top of ``sw/`` and ``hw/``: what every sub-package shares (the configuration, the
-#: default operating point that generate, the frontier and the testbenches all read), and the command path
-#: the docs keep (``python sw/export_trace.py``).
-TOP_MODULES = {"sw": {"__init__", "config", "operating_point", "atomic", "jsonio", "budget", "export_trace"},
+#: default operating point that generate, the frontier and the testbenches all read, the job runner the
+#: long runs share), and the command path the docs keep (``python sw/export_trace.py``).
+TOP_MODULES = {"sw": {"__init__", "config", "operating_point", "atomic", "jsonio", "jobs", "budget",
+                      "export_trace"},
                "hw": {"__init__"}}
 
 #: The project's floors, bottom first. A module may import modules of its own floor and of the floors
@@ -18,9 +19,9 @@ TOP_MODULES = {"sw": {"__init__", "config", "operating_point", "atomic", "jsonio
 #: the model and the golden model, which both read traces, and the exports above them; the gateware
 #: builds on sw's spec and configuration, its kit (``hw.lib``) below both datapaths; the testbenches
 #: are on top.
-FLOORS = ("sw", "sw.spec", "sw.atomic", "sw.jsonio", "sw.config", "sw.budget", "sw.operating_point",
-          "sw.trace.format", "sw.trace.store", "sw.trace.decode", "sw.model", "sw.golden", "sw.trace",
-          "sw.perf", "sw.evidence", "sw.export_trace",
+FLOORS = ("sw", "sw.spec", "sw.atomic", "sw.jsonio", "sw.jobs", "sw.config", "sw.budget",
+          "sw.operating_point", "sw.trace.format", "sw.trace.store", "sw.trace.decode", "sw.model",
+          "sw.golden", "sw.trace", "sw.perf", "sw.evidence", "sw.export_trace",
           "hw", "hw.lib", "hw.accel", "hw.step", "hw.board", "hw.formal", "hw.flow", "tb")
 
 

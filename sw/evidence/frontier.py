@@ -6,6 +6,7 @@ Usage::
     python -m sw.evidence.frontier                    # calibrate, choose, confirm: float and integer
     python -m sw.evidence.frontier --quick            # 24 prompts x 1 seed, float only (a smoke run)
     python -m sw.evidence.frontier --jobs 2 --out build/frontier --force
+    python -m sw.evidence.frontier --scheduler tcp://10.0.0.5:8786   # on a Dask cluster's workers
 
 Every setting generates the same videos (every prompt of the grammar, the same sampling seeds, CFG
 1.5) and reports, on all prompts, on the training split and on the compositional held-out split
@@ -43,7 +44,8 @@ setting must hold on both to be chosen.
 Writes ``frontier.json``, ``frontier.md``, ``frontier.png`` (prompt following against replay, the
 MLP stage) and ``speed.png`` (prompt following against the whole video's speed-up, with the paper's
 1.77x and 2.1x) under ``--out``, atomically; an existing output is refused without ``--force``. Jobs
-run in parallel across the cores with a progress bar.
+run in parallel across the cores with a progress bar (a local Dask cluster, :mod:`sw.jobs`), or with
+``--scheduler tcp://HOST:PORT`` on the workers of a running Dask scheduler; the results are the same.
 """
 
 from __future__ import annotations
@@ -51,7 +53,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -62,6 +63,7 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
 import numpy as np
 
 from sw.atomic import OutputExistsError, atomic_dir
+from sw.jobs import SchedulerError
 
 CFG = 1.5
 #: Sampling seeds that choose: every prompt with these, and the held-out prompts with the second set.
@@ -456,28 +458,18 @@ def plan(settings: list[Setting], paths, *, phase: str, prompts, seeds, heldout_
     return jobs
 
 
-def _execute(todo: list[dict], jobs: int, progress: bool, desc: str) -> dict:
-    import multiprocessing as mp
+def job_name(key: tuple) -> str:
+    """A job's key as the job runner names it (``calibration/dense/float/main/0``)."""
+    return "/".join(map(str, key))
 
-    from tqdm import tqdm
 
+def _execute(todo: list[dict], runner, progress: bool, desc: str) -> dict:
+    """Run the jobs on ``runner`` (:class:`sw.jobs.JobRunner`), the longest first; their results by
+    key, in that order whatever order they finished in."""
     todo = sorted(todo, key=lambda j: (not j["integer"], -len(j["prompts"])))  # the longest first
-    done = {}
-    bar = tqdm(total=len(todo), desc=desc, unit="job", disable=not progress)
-    if jobs == 1:
-        _init_worker()
-        for job in todo:
-            r = run_job(job)
-            done[r["key"]] = r
-            bar.update()
-    else:
-        ctx = mp.get_context("spawn")
-        with ctx.Pool(jobs, initializer=_init_worker) as pool:
-            for r in pool.imap_unordered(run_job, todo):
-                done[r["key"]] = r
-                bar.update()
-    bar.close()
-    return done
+    done = runner.run(run_job, {job_name(j["key"]): j for j in todo}, progress=progress, desc=desc,
+                      worker_init=_init_worker)
+    return {r["key"]: r for r in done.values()}
 
 
 def _entries(settings, paths, phase, done) -> list[dict]:
@@ -498,10 +490,15 @@ def _entries(settings, paths, phase, done) -> list[dict]:
 
 def run(settings: list[Setting], *, paths=("float", "integer"), prompts=None, seeds=CALIBRATION_SEEDS,
         heldout_seeds=CALIBRATION_HELDOUT_SEEDS, test_seeds=TEST_SEEDS, jobs: int | None = None,
-        progress: bool = True) -> dict:
+        scheduler: str | None = None, progress: bool = True) -> dict:
     """Calibrate every setting, choose the operating point, confirm it on the test seeds; returns
-    the frontier (``{"entries": [...], "chosen", "confirmation", ...}``)."""
+    the frontier (``{"entries": [...], "chosen", "confirmation", ...}``).
+
+    The jobs run on a local Dask cluster of ``jobs`` processes (default one per core; ``1``: here,
+    one after another), or on the workers of the Dask scheduler at ``scheduler``
+    (``tcp://HOST:PORT``, :mod:`sw.jobs`); the results are the same."""
     from sw import operating_point
+    from sw.jobs import JobRunner
     from sw.model import data
 
     prompts = list(prompts or data.all_prompts())
@@ -517,35 +514,9 @@ def run(settings: list[Setting], *, paths=("float", "integer"), prompts=None, se
     if overlap:
         raise FrontierError(f"test seeds {sorted(overlap)} are also calibration seeds")
     paths = list(paths)
-    jobs = jobs or os.cpu_count() or 1
-    # The float path first, every setting; then the integer path for dense and the candidates that
-    # hold on float (a setting must hold on every path to be chosen, and the integer path costs the
-    # most: its MLP is the golden model's, in numpy).
-    entries = []
-    for k, path in enumerate(paths):
-        todo = [s for s in settings if s.name == "dense" or k == 0 or (
-            s.family in CANDIDATES and all(holds(e) for e in entries if e["name"] == s.name))]
-        done = _execute(plan(todo, [path], phase="calibration", prompts=prompts, seeds=seeds,
-                             heldout_seeds=heldout_seeds), jobs, progress, f"calibration, {path}")
-        entries += _entries(todo, [path], "calibration", done)
-    chosen = choose(entries, paths)
-    default = Setting.from_operating_point(operating_point.DEFAULT)
-    current = next((s for s in settings if (s.score, s.tau, s.model, s.sparse)
-                    == (default.score, default.tau, default.model, default.sparse)), None)
-    confirmation = None
-    if test_seeds and chosen is not None:
-        pick = next(s for s in settings if s.name == chosen["name"])
-        confirm = [next(s for s in settings if s.name == "dense"), pick]
-        if current is not None and current.name != pick.name:
-            confirm.append(current)      # the shipped default, whether or not it is the choice
-        done_t = _execute(plan(confirm, paths, phase="test", prompts=prompts, seeds=test_seeds,
-                               heldout_seeds=()), jobs, progress, "test")
-        test = _entries(confirm, paths, "test", done_t)
-        entries += test
-        confirmation = {"name": pick.name,
-                        "holds": all(holds(e) for e in test if e["name"] == pick.name),
-                        "step_speedup": {e["path"]: e["step_speedup"] for e in test if e["name"] == pick.name},
-                        "replay": {e["path"]: e["replay"] for e in test if e["name"] == pick.name}}
+    with JobRunner(scheduler=scheduler, workers=jobs) as runner:
+        entries, chosen, current, confirmation = _phases(settings, paths, prompts, seeds, heldout_seeds,
+                                                         test_seeds, runner, progress)
     return {"cfg": CFG, "prompts": len(prompts), "budget_points": BUDGET_POINTS, "paper": PAPER,
             "seeds": {"calibration": {"all_prompts": list(seeds), "heldout_prompts": list(heldout_seeds),
                                       "role": "every setting; the operating point is chosen on these"},
@@ -558,6 +529,42 @@ def run(settings: list[Setting], *, paths=("float", "integer"), prompts=None, se
             "default": {**operating_point.DEFAULT.to_dict(),
                         "setting": None if current is None else current.name},
             "chosen": chosen, "confirmation": confirmation, "entries": entries}
+
+
+def _phases(settings, paths, prompts, seeds, heldout_seeds, test_seeds, runner, progress):
+    """The calibration on every path, the choice and its confirmation on the test seeds:
+    ``(entries, chosen, the default operating point's setting or None, confirmation)``."""
+    from sw import operating_point
+
+    # The float path first, every setting; then the integer path for dense and the candidates that
+    # hold on float (a setting must hold on every path to be chosen, and the integer path costs the
+    # most: its MLP is the golden model's, in numpy).
+    entries = []
+    for k, path in enumerate(paths):
+        todo = [s for s in settings if s.name == "dense" or k == 0 or (
+            s.family in CANDIDATES and all(holds(e) for e in entries if e["name"] == s.name))]
+        done = _execute(plan(todo, [path], phase="calibration", prompts=prompts, seeds=seeds,
+                             heldout_seeds=heldout_seeds), runner, progress, f"calibration, {path}")
+        entries += _entries(todo, [path], "calibration", done)
+    chosen = choose(entries, paths)
+    default = Setting.from_operating_point(operating_point.DEFAULT)
+    current = next((s for s in settings if (s.score, s.tau, s.model, s.sparse)
+                    == (default.score, default.tau, default.model, default.sparse)), None)
+    confirmation = None
+    if test_seeds and chosen is not None:
+        pick = next(s for s in settings if s.name == chosen["name"])
+        confirm = [next(s for s in settings if s.name == "dense"), pick]
+        if current is not None and current.name != pick.name:
+            confirm.append(current)      # the shipped default, whether or not it is the choice
+        done_t = _execute(plan(confirm, paths, phase="test", prompts=prompts, seeds=test_seeds,
+                               heldout_seeds=()), runner, progress, "test")
+        test = _entries(confirm, paths, "test", done_t)
+        entries += test
+        confirmation = {"name": pick.name,
+                        "holds": all(holds(e) for e in test if e["name"] == pick.name),
+                        "step_speedup": {e["path"]: e["step_speedup"] for e in test if e["name"] == pick.name},
+                        "replay": {e["path"]: e["replay"] for e in test if e["name"] == pick.name}}
+    return entries, chosen, current, confirmation
 
 
 # --------------------------------------------------------------------------------------------------
@@ -714,7 +721,10 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m sw.evidence.frontier", description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, default=Path("build/frontier"), help="output directory")
     ap.add_argument("--force", action="store_true", help="overwrite an existing output directory")
-    ap.add_argument("--jobs", type=int, default=None, help="parallel processes (default: one per core)")
+    ap.add_argument("--jobs", type=int, default=None,
+                    help="parallel processes on this machine (default: one per core; not with --scheduler)")
+    ap.add_argument("--scheduler", metavar="ADDRESS", default=None,
+                    help="run the jobs on the workers of the Dask scheduler at ADDRESS (tcp://HOST:PORT)")
     ap.add_argument("--path", choices=("both", "float", "integer"), default="both",
                     help="float model, integer path (the golden model's MLP and replay decision), or both")
     ap.add_argument("--no-comparison", action="store_true",
@@ -727,6 +737,8 @@ def main(argv=None) -> int:
     try:
         if args.jobs is not None and args.jobs < 1:
             raise FrontierError("--jobs must be at least 1")
+        if args.jobs is not None and args.scheduler is not None:
+            raise FrontierError("--jobs and --scheduler: the scheduler's workers decide how many jobs run")
         if args.out.exists() and not args.force and any(args.out.iterdir()):
             raise OutputExistsError(f"{args.out}: already exists and is not empty; pass --force to overwrite")
         paths = ("float", "integer") if args.path == "both" else (args.path,)
@@ -737,13 +749,13 @@ def main(argv=None) -> int:
             paths = ("float",)
         settings = default_settings(comparison=not args.no_comparison,
                                     sparse_aware=CHECKPOINTS["sparse_aware"].is_dir())
-        front = run(settings, paths=paths, jobs=args.jobs, **kw)
+        front = run(settings, paths=paths, jobs=args.jobs, scheduler=args.scheduler, **kw)
         with atomic_dir(args.out, force=args.force) as tmp:
             (tmp / "frontier.json").write_text(json.dumps(front, indent=1) + "\n")
             (tmp / "frontier.md").write_text(markdown(front))
             plot(front, tmp / "frontier.png")
             plot_speed(front, tmp / "speed.png")
-    except (FrontierError, OutputExistsError) as e:
+    except (FrontierError, OutputExistsError, SchedulerError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     print(markdown(front))

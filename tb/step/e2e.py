@@ -1,7 +1,7 @@
-"""``nox -s step -- --e2e [--e2e-mode MODE] [--chunk 32] [--jobs 2] [--hours H]``: a whole video's
-RTL cycles and SDRAM bytes in each mode (dense, sparse attention, FastCar, both, and the default
-operating point, ``default``), measured in chunks of steps that run side by side and can be spread
-over several sittings.
+"""``nox -s step -- --e2e [--e2e-mode MODE] [--chunk 32] [--jobs 2 | --scheduler ADDRESS] [--hours H]``:
+a whole video's RTL cycles and SDRAM bytes in each mode (dense, sparse attention, FastCar, both, and
+the default operating point, ``default``), measured in chunks of steps that run side by side and can
+be spread over several sittings.
 
 Measured chunks are committed under ``golden/e2e/<mode>/`` (``--save`` copies a mode's whole video
 there), so that ``--report-only`` rebuilds the table on a fresh clone; a chunk in ``--out`` is used
@@ -13,10 +13,14 @@ default operating point's whole video against dense's, the best dense design.
 
 Every chunk's result is kept under ``build/step/e2e/<mode>/`` (one JSON file per chunk, written whole
 or not at all); a rerun measures only the chunks still missing, and ``--hours`` stops starting new
-chunks after that long; the jobs take chunks from one queue, the longest first. When every chunk of
-a mode is there, ``report.json`` and ``report.md`` get that mode's whole video: the sum of the
-steps' cycles and bytes, beside the fitted cycle model (:mod:`sw.perf.rtl_step`) over the same
-steps, and its speed-up against dense; ``cycles.png`` plots every measured step.
+chunks after that long. The chunks are jobs of :mod:`sw.jobs`, started the longest first: ``--jobs``
+processes on this machine, or the workers of a running Dask scheduler (``--scheduler
+tcp://HOST:PORT``; workers started in a checkout at the same path, with the traces exported). Each
+simulation runs in a build directory that no other running one uses: ``--build-tag`` and the
+worker's name (``cal``, ``cal1``, ... on this machine). When every chunk of a mode is there,
+``report.json`` and ``report.md`` get that mode's whole video: the sum of the steps' cycles and
+bytes, beside the fitted cycle model (:mod:`sw.perf.rtl_step`) over the same steps, and its speed-up
+against dense; ``cycles.png`` plots every measured step.
 
 A chunk that measures steps ``[A, A + n)`` runs steps ``A - 1`` to ``A + n`` and keeps the middle
 ``n``: a run's first step starts from an idle pipeline and its last one prefetches nothing for a next
@@ -30,10 +34,8 @@ the memories the step's builds make public), since the cache is on chip and hold
 
 import argparse
 import json
-import multiprocessing
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -85,45 +87,80 @@ def chunk_file(out: Path, mode: str, a: int) -> Path:
     return out / mode / f"{a:04d}.json"
 
 
-def _measure(todo, variant: str, sdram: float, out: Path, deadline: float) -> list[str]:
-    """Take chunks ``(mode, S, a, n)`` from the queue ``todo`` (shared by the jobs) and run them one
-    after another on the build ``variant``, each into its chunk file, until the queue is empty or
-    ``deadline`` (``time.time()``) has passed."""
-    import queue
+def simulate_chunk(trace: Path, mode: str, a: int, spec: str, sdram: float, preload: bool,
+                   variant: str) -> dict:
+    """The RTL's record (``FASTCAR_OUT``) of the run ``spec`` (:func:`run_spec`) of the chunk that starts
+    at step ``a``, on the build directory ``variant``."""
     import tempfile
 
-    from sw.atomic import atomic_file
-    from tb.step.calibrate import trace_dir
     from tb.step.runner import run_decode_step
 
-    done = []
-    while time.time() <= deadline:
-        try:
-            mode, S, a, n = todo.get_nowait()
-        except queue.Empty:
-            break
-        spec, i, j = run_spec(a, n, S)
-        t0 = time.monotonic()
-        with tempfile.TemporaryDirectory() as tmp:
-            raw = Path(tmp) / "rtl.json"
-            run_decode_step(trace_dir(mode), "verilator", f"e2e-{mode}-{a}", taps=False, variant=variant,
-                            FASTCAR_STEPS=spec, FASTCAR_SDRAM=str(sdram), FASTCAR_OUT=str(raw),
-                            FASTCAR_PRELOAD=str(int(mode.startswith("fastcar") and a > 0)))
-            rtl = json.loads(raw.read_text())
-        keep = {"mode": mode, "trace_sha256": trace_sha(trace_dir(mode)),
-                "steps": rtl["steps"][i:j], "cycles": rtl["cycles"][i:j],
-                "step_bytes": rtl["step_bytes"][i:j], "run": spec, "sdram_bytes_per_cycle": sdram,
-                "data_width": rtl["data_width"], "mv": rtl["mv"],
-                "seconds": round(time.monotonic() - t0, 1)}
-        assert keep["steps"] == list(range(a, a + n)), (spec, rtl["steps"])
-        path = chunk_file(out, mode, a)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with atomic_file(path) as f:
-            Path(f).write_text(json.dumps(keep) + "\n")
-        print(f"{mode} steps {a}-{a + n - 1}: {sum(keep['cycles']):,} cycles, {keep['seconds']:.0f} s",
-              file=sys.stderr)
-        done.append(path.name)
-    return done
+    with tempfile.TemporaryDirectory() as tmp:
+        raw = Path(tmp) / "rtl.json"
+        run_decode_step(trace, "verilator", f"e2e-{mode}-{a}", taps=False, variant=variant,
+                        FASTCAR_STEPS=spec, FASTCAR_SDRAM=str(sdram), FASTCAR_OUT=str(raw),
+                        FASTCAR_PRELOAD=str(int(preload)))
+        return json.loads(raw.read_text())
+
+
+def build_variant(build_tag: str, slot: str) -> str:
+    """The build directory of the job in ``slot`` (:func:`sw.jobs.worker_slot`): ``TAG`` for the first
+    worker (``0``), ``TAG1``, ``TAG2``, ... for the next."""
+    return build_tag + ("" if slot == "0" else slot)
+
+
+def measure_chunk(chunk: dict, *, sdram: float, build_tag: str, simulate=None) -> dict:
+    """One chunk's result, the content of its chunk file: ``chunk`` is ``{"mode", "S", "a", "n",
+    "trace", "sha"}``, ``simulate`` :func:`simulate_chunk` or a stand-in with its arguments. It runs on
+    a build directory that no other chunk running at the same time uses (:func:`build_variant`)."""
+    from sw.jobs import worker_slot
+
+    mode, S, a, n = chunk["mode"], chunk["S"], chunk["a"], chunk["n"]
+    spec, i, j = run_spec(a, n, S)
+    t0 = time.monotonic()
+    preload = mode.startswith("fastcar") and a > 0
+    with worker_slot() as slot:
+        rtl = (simulate or simulate_chunk)(Path(chunk["trace"]), mode, a, spec, sdram, preload,
+                                           build_variant(build_tag, slot))
+    keep = {"mode": mode, "trace_sha256": chunk["sha"],
+            "steps": rtl["steps"][i:j], "cycles": rtl["cycles"][i:j],
+            "step_bytes": rtl["step_bytes"][i:j], "run": spec, "sdram_bytes_per_cycle": sdram,
+            "data_width": rtl["data_width"], "mv": rtl["mv"],
+            "seconds": round(time.monotonic() - t0, 1)}
+    if keep["steps"] != list(range(a, a + n)):
+        raise RuntimeError(f"{mode} run {spec}: the RTL ran steps {rtl['steps']}, not {a}..{a + n - 1} and "
+                           "one either side")
+    return keep
+
+
+def measure(todo, *, sdram: float, out: Path, build_tag: str, jobs: int, scheduler: str | None = None,
+            deadline: float | None = None) -> dict:
+    """Measure the chunks ``(mode, S, a, n)`` of ``todo``, started in that order, each into its chunk
+    file (:func:`chunk_file`, written whole as it finishes), ``jobs`` at a time on this machine or on
+    the workers of the Dask scheduler at ``scheduler`` (:mod:`sw.jobs`); no chunk starts after
+    ``deadline`` (``time.time()``). Returns the results by ``MODE/NNNN``."""
+    import functools
+
+    from tqdm import tqdm
+
+    from sw.jobs import run_jobs, store_path
+    from tb.step.calibrate import trace_dir
+
+    shas = {mode: trace_sha(trace_dir(mode)) for mode in dict.fromkeys(c[0] for c in todo)}
+    work = {}
+    for mode, S, a, n in todo:
+        key = f"{mode}/{a:04d}"
+        assert store_path(out, key, "json") == chunk_file(out, mode, a)
+        work[key] = {"mode": mode, "S": S, "a": a, "n": n, "trace": str(trace_dir(mode)), "sha": shas[mode]}
+
+    def show(key, keep):
+        steps = keep["steps"]
+        tqdm.write(f"{keep['mode']} steps {steps[0]}-{steps[-1]}: {sum(keep['cycles']):,} cycles, "
+                   f"{keep['seconds']:.0f} s", file=sys.stderr)
+
+    fn = functools.partial(measure_chunk, sdram=sdram, build_tag=build_tag, simulate=simulate_chunk)
+    return run_jobs(fn, work, scheduler=scheduler, workers=jobs, store=out, store_format="json",
+                    desc="chunks", deadline=deadline, on_result=show)
 
 
 def load_chunk(path: Path, mode: str, a: int, n: int, sdram: float, sha: str | None = None) -> dict | None:
@@ -318,15 +355,8 @@ def spot(args, modes, out: Path) -> int:
                                                                    for m, _, a, n in picked), file=sys.stderr)
     bad = 0
     with tempfile.TemporaryDirectory(dir=out.parent if out.parent.is_dir() else None) as tmp:
-        with multiprocessing.Manager() as manager:
-            q = manager.Queue()
-            for c in picked:
-                q.put(c)
-            jobs = min(args.jobs, len(picked))
-            tags = [f"{args.build_tag}{k or ''}" for k in range(jobs)]
-            with ProcessPoolExecutor(jobs) as pool_:
-                list(pool_.map(_measure, [q] * jobs, tags, [args.sdram] * jobs, [Path(tmp)] * jobs,
-                               [float("inf")] * jobs))
+        measure(picked, sdram=args.sdram, out=Path(tmp), build_tag=args.build_tag,
+                jobs=min(args.jobs, len(picked)), scheduler=args.scheduler)
         for mode, _, a, n in picked:
             old = json.loads(chunk_file(COMMITTED, mode, a).read_text())
             new = json.loads(chunk_file(Path(tmp), mode, a).read_text())
@@ -344,11 +374,15 @@ def main(argv=None) -> int:
     ap.add_argument("--chunk", type=int, default=32, help="steps a chunk measures (default 32)")
     ap.add_argument("--sdram", type=float, default=2.8, help="bytes a cycle of the memory (default 2.8)")
     ap.add_argument("--jobs", type=int, default=2, help="simulations side by side (default 2)")
+    ap.add_argument("--scheduler", metavar="ADDRESS", default=None,
+                    help="run the chunks on the workers of the Dask scheduler at ADDRESS (tcp://HOST:PORT) "
+                         "instead of --jobs processes here")
     ap.add_argument("--hours", type=float, default=None, help="start no chunk after this many hours")
     ap.add_argument("--range", default=None, metavar="A:B",
                     help="measure only the chunks that start in steps A to B - 1")
     ap.add_argument("--build-tag", default="cal",
-                    help="the jobs' build directories: TAG, TAG1, ... (default cal: the calibration's)")
+                    help="the jobs' build directories: TAG, TAG1, ... (default cal: the calibration's), one "
+                         "per worker (a worker's name after TAG on a scheduler's workers)")
     ap.add_argument("--report-only", action="store_true", help="measure nothing; report the chunks there")
     ap.add_argument("--save", action="store_true",
                     help=f"copy each whole video's chunks to {COMMITTED.relative_to(REPO)} (to commit them)")
@@ -359,8 +393,11 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     modes = args.modes or list(CHUNKED_MODES)
     out = args.out.resolve()
+    if args.jobs < 1:
+        ap.error(f"--jobs {args.jobs}: at least 1")
 
     from sw.atomic import atomic_file
+    from sw.jobs import SchedulerError
     from sw.trace.export import main as export_main
     from sw.trace.full_step import load_full_step
     from tb.step.calibrate import trace_dir
@@ -382,18 +419,18 @@ def main(argv=None) -> int:
         todo += [(mode, S, a, n) for a, n in chunks(S, args.chunk)
                  if lo <= a < hi and find_chunk(out, mode, a, n, args.sdram, sha) is None]
     if args.spot:
-        return spot(args, modes, out)
+        try:
+            return spot(args, modes, out)
+        except SchedulerError as e:
+            raise SystemExit(f"error: {e}") from None
     if todo and not args.report_only:
         print(f"{len(todo)} chunks to measure", file=sys.stderr)
-        deadline = time.time() + (args.hours * 3600 if args.hours else float("inf"))
-        with multiprocessing.Manager() as manager:
-            q = manager.Queue()
-            for c in longest_first(todo):
-                q.put(c)
-            tags = [f"{args.build_tag}{k or ''}" for k in range(args.jobs)]
-            with ProcessPoolExecutor(args.jobs) as pool:
-                list(pool.map(_measure, [q] * args.jobs, tags, [args.sdram] * args.jobs, [out] * args.jobs,
-                              [deadline] * args.jobs))
+        deadline = time.time() + args.hours * 3600 if args.hours else None
+        try:
+            measure(longest_first(todo), sdram=args.sdram, out=out, build_tag=args.build_tag, jobs=args.jobs,
+                    scheduler=args.scheduler, deadline=deadline)
+        except SchedulerError as e:
+            raise SystemExit(f"error: {e}") from None
     rep, series = report(out, CHUNKED_MODES, args.chunk, args.sdram)
     if args.save:
         save(out, rep, args.chunk, args.sdram)
