@@ -266,8 +266,11 @@ class TB:
         await self.send("cfg", [words])
         if self.stall:
             # The configuration stream is idle from here on; its pause generator would only cost a
-            # Python wake-up per cycle.
+            # Python wake-up per cycle. Removing it leaves the source paused if the generator's last
+            # value was a pause, and a later control word would then never be sent (``--seed 4``
+            # hung on the first change of schedule): the pause is cleared too.
             self.cfg_src.set_pause_generator(None)
+            self.cfg_src.pause = False
         await ClockCycles(self.dut.clk, 4)
 
 
