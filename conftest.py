@@ -129,11 +129,15 @@ def accelerator_summary(runs: list[dict], wall_s: float) -> tuple[list[str], str
                        f"run {', '.join(STARVED_EVENTS)})")
         if broken:
             failure = f"{trace}: {', '.join(broken)} must stay 0 and did not"
-    seeds = sorted(r["seed"] for r in runs if r["seed"] is not None)
+    seeds = sorted(r["seed"] for r in runs if r["seed"] is not None and not r.get("starved"))
+    starved = sorted(r["seed"] for r in runs if r.get("starved"))
     sim = sum(r["sim_cycles"] for r in runs)
     busy = sum(r["wall_s"] for r in runs)
+    which = [f"stall seeds {', '.join(map(str, seeds))}"] if seeds else []
+    if starved:
+        which.append(f"starved-input seed{'s' if len(starved) > 1 else ''} {', '.join(map(str, starved))}")
     lines.append(f"{sum(r['rows_checked'] for r in runs):,} rows checked bit-exact in {len(runs)} runs"
-                 + (f" (stall seeds {', '.join(map(str, seeds))})" if seeds else "")
+                 + (f" ({'; '.join(which)})" if which else "")
                  + f"; {sim:,} cycles simulated in {wall_s:.0f} s of session wall time; "
                  f"{sim / busy:,.0f} cycles/s per simulator, {sim / wall_s:,.0f} cycles/s in all")
     return lines, failure

@@ -67,6 +67,7 @@ def test_summary_drained_mid_group_is_asked_of_the_starved_run():
     assert failure is None
     assert any(line.split()[:4] == ["t", "starved", "seed", "1"] for line in lines)
     assert "drained_mid_group 7" in "\n".join(lines)
+    assert "(stall seeds 3; starved-input seed 1)" in lines[-1]
     # One that never drained fails the session, naming the counter.
     _, failure = accelerator_summary(with_drained(0, True), wall_s=2.0)
     assert failure and f"never reached {STARVED_EVENTS[0]}" in failure
