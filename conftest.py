@@ -80,7 +80,8 @@ def accelerator_summary(runs: list[dict], wall_s: float) -> tuple[list[str], str
     lines = [f"{'trace':<15}{'run':<16}{'groups':>7}{'rows checked':>14}{'DUT cycles':>12}{'sim cycles':>12}"
              f"{'wall s':>8}{'cycles/s':>10}{'of model':>10}"]
     for r in runs:
-        name = f"stalls seed {r['seed']}" if r["seed"] is not None else r["mode"]
+        name = (f"{'starved' if r.get('starved') else 'stalls'} seed {r['seed']}" if r["seed"] is not None
+                else r["mode"])
         lines.append(f"{Path(r['trace']).name:<15}{name:<16}{r['n_groups']:>7}{r['rows_checked']:>14,}{r['total_cycles']:>12,}"
                      f"{r['sim_cycles']:>12,}{r['wall_s']:>8.1f}{r['sim_cycles'] / r['wall_s']:>10,.0f}"
                      f"{_of_model(r):>10}")
@@ -113,20 +114,30 @@ def accelerator_summary(runs: list[dict], wall_s: float) -> tuple[list[str], str
         lines.append(f"{Path(trace).name}: {len(pos)} positions ({_ranges(pos)}), {len(lay)} layers, "
                      f"{mine[0].get('rows', '?')} rows; coverage, cycles in which each held over its runs: "
                      + ", ".join(f"{k.removeprefix('cov_')} {v:,}" for k, v in cov.items()))
-        from hw.accel.accelerator import NEVER_EVENTS
+        from hw.accel.accelerator import NEVER_EVENTS, STARVED_EVENTS
 
-        missed = [k for k, v in cov.items() if v == 0 and k not in NEVER_EVENTS]
+        # The stall runs must reach every event but those only a starved-input run reaches (the
+        # others never idle the input long enough), and a starved-input run must reach those.
+        stalls = any(r["seed"] is not None and r["stall"] > 0 and not r.get("starved") for r in mine)
+        starved = any(r.get("starved") for r in mine)
+        missed = [k for k, v in cov.items() if v == 0 and k not in NEVER_EVENTS
+                  and (starved if k in STARVED_EVENTS else stalls)]
         broken = [k for k in NEVER_EVENTS if cov.get(k)]
-        if missed and any(r["seed"] is not None and r["stall"] > 0 for r in mine):
+        if missed:
             failure = (f"{trace}: the runs never reached {', '.join(missed)} "
-                       f"(the stall runs are meant to reach every coverage event)")
+                       f"(the stall runs are meant to reach every coverage event, the starved-input "
+                       f"run {', '.join(STARVED_EVENTS)})")
         if broken:
             failure = f"{trace}: {', '.join(broken)} must stay 0 and did not"
-    seeds = sorted(r["seed"] for r in runs if r["seed"] is not None)
+    seeds = sorted(r["seed"] for r in runs if r["seed"] is not None and not r.get("starved"))
+    starved = sorted(r["seed"] for r in runs if r.get("starved"))
     sim = sum(r["sim_cycles"] for r in runs)
     busy = sum(r["wall_s"] for r in runs)
+    which = [f"stall seeds {', '.join(map(str, seeds))}"] if seeds else []
+    if starved:
+        which.append(f"starved-input seed{'s' if len(starved) > 1 else ''} {', '.join(map(str, starved))}")
     lines.append(f"{sum(r['rows_checked'] for r in runs):,} rows checked bit-exact in {len(runs)} runs"
-                 + (f" (stall seeds {', '.join(map(str, seeds))})" if seeds else "")
+                 + (f" ({'; '.join(which)})" if which else "")
                  + f"; {sim:,} cycles simulated in {wall_s:.0f} s of session wall time; "
                  f"{sim / busy:,.0f} cycles/s per simulator, {sim / wall_s:,.0f} cycles/s in all")
     return lines, failure

@@ -74,8 +74,10 @@ def sim(session):
 
     Runs the trace under random idle and backpressure with a random schedule per group (3 seeds,
     ``--seeds N``; the selection ``cover:N`` for ``first:N``, which touches every position, layer and
-    row), and without stalls in DRS, static, chunk round-robin and dense (tau = +inf) mode one after
-    the other in one simulator; the seeds and the no-stall runs are tests on pytest-xdist workers.
+    row), with the input starved (idle in 90 % of the cycles, on positions 0-1, so that the engine
+    outputs all it has of a group before the group's last row arrives), and without stalls in DRS,
+    static, chunk round-robin and dense (tau = +inf) mode one after the other in one simulator; the
+    seeds, the starved run and the no-stall runs are tests on pytest-xdist workers.
     Checks every output byte, replay bit and TAS and the cycle model, and ends with one summary table
     with the coverage counts (conftest.py).
     """
@@ -108,8 +110,8 @@ def sim(session):
     # own: a few seconds in amaranth.sim.
     blocks = ["tests/test_dispatcher_sim.py", "tests/test_reorder_buffer_sim.py", "tests/test_replay_cache_sim.py"]
     session.run("pytest", "-q", "-n", workers, "--dist", "worksteal", "tb/accelerator", *blocks,
-                "-k", "stalls or cycles or (corner_trace and verilator) or _sim.py", f"--trace-dir={args.trace}",
-                *rest, env=env)
+                "-k", "stalls or starved or cycles or (corner_trace and verilator) or _sim.py",
+                f"--trace-dir={args.trace}", *rest, env=env)
 
 
 #: The full-step trace's modes for ``nox -s step -- --mode M``: the export flags of each

@@ -236,6 +236,10 @@ MUTANTS = [
     _m("accel-tlast-off-by-one", "tlast of a group's output on the row before the last",
        "hw/accel/accelerator.py", "rows_out + 1 == rows_in", "rows_out + 2 == rows_in",
        "tests/test_accelerator_sim.py"),
+    _m("accel-tlast-drained", "tlast whenever every row taken of a group has left, its last row arrived or "
+       "not (a group ends early when the input runs dry)", "hw/accel/accelerator.py",
+       "out_last.eq(last_seen & (rows_out + 1 == rows_in))", "out_last.eq(rows_out + 1 == rows_in)",
+       "tb/accelerator/test_accelerator.py::test_trace_starved_input"),
     _m("rob-head-copy-late", "reorder buffer: the copies of the head that select the output row "
        "lag it by a cycle", "hw/lib/reorder_buffer.py",
        'word_copies(m, platform, head_n, groups, "head_sel")',

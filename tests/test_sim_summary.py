@@ -47,3 +47,37 @@ def test_summary_coverage_to_reach_and_to_stay_zero():
     # A result refused by the reorder buffer fails the session, whatever else was missed.
     _, failure = accelerator_summary(with_coverage(2, 0), wall_s=2.0)
     assert failure and f"{NEVER_EVENTS[0]} must stay 0 and did not" in failure
+
+
+def test_summary_drained_mid_group_is_asked_of_the_starved_run():
+    from hw.accel.accelerator import STARVED_EVENTS
+
+    def with_drained(drained, starved):
+        out = runs(100, 125, 400)
+        out[-1]["coverage"] = {"cov_rob_full": 3, STARVED_EVENTS[0]: 0}
+        extra = dict(out[-1], seed=1, starved=starved, stall=0.3, x_stall=0.9 if starved else 0.3,
+                     coverage={"cov_rob_full": 0, STARVED_EVENTS[0]: drained})
+        return [*out, extra]
+
+    # The stall runs alone never drain mid-group: not asked of them.
+    _, failure = accelerator_summary(runs(100, 125, 400)[:3] + with_drained(0, False)[3:], wall_s=2.0)
+    assert failure is None
+    # A starved-input run that drained: no failure, and its own row in the table.
+    lines, failure = accelerator_summary(with_drained(7, True), wall_s=2.0)
+    assert failure is None
+    assert any(line.split()[:4] == ["t", "starved", "seed", "1"] for line in lines)
+    assert "drained_mid_group 7" in "\n".join(lines)
+    assert "(stall seeds 3; starved-input seed 1)" in lines[-1]
+    # One that never drained fails the session, naming the counter.
+    _, failure = accelerator_summary(with_drained(0, True), wall_s=2.0)
+    assert failure and f"never reached {STARVED_EVENTS[0]}" in failure
+
+
+def test_summary_starved_run_alone_is_not_asked_the_stall_runs_events():
+    from hw.accel.accelerator import STARVED_EVENTS
+
+    common = runs(100, 125, 400)[0]
+    starved = dict(common, mode="mixed", seed=1, stall=0.3, x_stall=0.9, starved=True,
+                   coverage={"cov_finish_together": 0, STARVED_EVENTS[0]: 4})
+    _, failure = accelerator_summary([starved], wall_s=1.0)
+    assert failure is None

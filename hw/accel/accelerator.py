@@ -26,7 +26,7 @@ from hw.lib.skid import SkidBuffer
 from hw.lib.widths import index_bits
 from sw.config import AccelConfig
 
-__all__ = ["NEVER_EVENTS", "Accelerator", "Target", "cfg_layout", "coverage_events",
+__all__ = ["NEVER_EVENTS", "STARVED_EVENTS", "Accelerator", "Target", "cfg_layout", "coverage_events",
            "same_row_finish_possible", "schedule_counters"]
 
 #: Bytes of a row selected (replay cache or MLP) by one copy of the cache's output valid.
@@ -35,6 +35,10 @@ ROB_SELECT_BYTES = 12
 #: Counters of :func:`coverage_events` that must stay 0: invariants the design relies on, not
 #: events a testbench should reach.
 NEVER_EVENTS = ("cov_result_refused",)
+
+#: Counters of :func:`coverage_events` that only a run whose input pauses most of the time reaches
+#: (the board's UART: rows arrive far slower than the engine computes).
+STARVED_EVENTS = ("cov_drained_mid_group",)
 
 
 def same_row_finish_possible(cfg: AccelConfig) -> bool:
@@ -58,7 +62,9 @@ def coverage_events(cfg: AccelConfig) -> dict[str, str]:
               "cov_rob_full": "every reorder-buffer slot held a row",
               "cov_rob_empty": "no reorder-buffer slot held a row",
               "cov_result_refused": "a result reached the reorder buffer while its slot was full "
-                                    "(it would be lost; must stay 0)"}
+                                    "(it would be lost; must stay 0)",
+              "cov_drained_mid_group": "every row taken of the group had left on y, and its last row "
+                                       "had not arrived"}
     if same_row_finish_possible(cfg):
         events["cov_finish_same_row"] = "two cores finished D passes of the same row in the same cycle"
     for p in range(cfg.cores):
@@ -369,7 +375,8 @@ class Accelerator(wiring.Component):
                     "cov_tas_queue_empty": level == 0,
                     "cov_rob_full": rob.occupied.all(), "cov_rob_empty": ~rob.occupied.any(),
                     "cov_result_refused": rob.i.valid & ~rob.i.ready,
-                    "cov_finish_same_row": mlp.finish_same_row}
+                    "cov_finish_same_row": mlp.finish_same_row,
+                    "cov_drained_mid_group": in_group & ~last_seen & (rows_out == rows_in)}
             for p in range(P):
                 held[f"cov_job_held_{p}"] = mlp.job_held[p]
                 held[f"cov_job_free_{p}"] = ~mlp.job_held[p]

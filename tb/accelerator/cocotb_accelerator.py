@@ -8,6 +8,8 @@
                      ever replays its own earlier outputs)
 ``FASTCAR_SEED``     seed of the idle/backpressure generators
 ``FASTCAR_STALL``    probability of an idle cycle on the inputs and of backpressure on the output
+``FASTCAR_X_STALL``  probability of an idle cycle on ``x`` alone (default ``FASTCAR_STALL``): near 1,
+                     the rows arrive far slower than the engine computes, as over the board's UART
 ``FASTCAR_MODES``    comma-separated runs, one after the other in this simulator: ``drs``, ``chunk_rr``
                      (chunk round-robin), ``static``, ``dense`` (tau = +inf, no replay; DRS), or
                      ``mixed`` (a seeded random schedule for every group, the control word written
@@ -211,25 +213,26 @@ class TB:
         self.group_info = {}          # frame -> (replay mask, schedule), for x_gaps
         self.width = width
 
-    def set_stalls(self, seed, p):
+    def set_stalls(self, seed, p, x_p=None):
         """Random idle cycles on both inputs and backpressure on the output with probability ``p``
         (a cocotbext-axi source and sink with pause generators on ``cfg`` and ``y``; on ``x`` the
         direct driver with the same idle cycles drawn per beat, :func:`x_gaps`); ``p = 0``: the
-        direct drivers and no backpressure."""
+        direct drivers and no backpressure. ``x_p``: the idle probability on ``x`` alone, when it
+        differs from ``p``."""
         self.stall = p
+        x_p = p if x_p is None else x_p
         if p:
             if self.cfg_src is None:
                 self.cfg_src = AxiStreamSource(self.bus["s_axis_cfg"], self.dut.clk, self.dut.rst,
                                                byte_size=self.width["s_axis_cfg"])
                 self.cfg_src.log.setLevel("WARNING")
             self.cfg_src.set_pause_generator(random_pauses(seed, p))
-            self.x_gaps = x_gaps(seed + 1, p, self.cfg, self.group_info)
             self.y_sink.set_pause_generator(random_pauses(seed + 7, p))
         else:
             if self.cfg_src is not None:
                 raise RuntimeError("a testbench with stalls cannot switch to the direct drivers")
-            self.x_gaps = None
             self.y_sink.set_pause_generator(None)
+        self.x_gaps = x_gaps(seed + 1, x_p, self.cfg, self.group_info) if x_p else None
 
     async def reset(self):
         self.dut.rst.value = 1
@@ -266,8 +269,11 @@ class TB:
         await self.send("cfg", [words])
         if self.stall:
             # The configuration stream is idle from here on; its pause generator would only cost a
-            # Python wake-up per cycle.
+            # Python wake-up per cycle. Removing it leaves the source paused if the generator's last
+            # value was a pause, and a later control word would then never be sent (``--seed 4``
+            # hung on the first change of schedule): the pause is cleared too.
             self.cfg_src.set_pause_generator(None)
+            self.cfg_src.pause = False
         await ClockCycles(self.dut.clk, 4)
 
 
@@ -429,12 +435,14 @@ def schedules(mode: str, n: int, seed: int) -> list[str]:
     return ["drs" if mode == "dense" else mode] * n
 
 
-async def run_mode(dut, tr, cfg, groups, mode, seed, stall, log, *, reset=True, tb=None, configured=False):
+async def run_mode(dut, tr, cfg, groups, mode, seed, stall, log, *, reset=True, tb=None, configured=False,
+                   x_stall=None):
     """All ``groups`` of the trace in ``mode``; returns cycles per group and the counters.
     ``tb``: bus models to reuse (one set per bus, so that only one sink drives ``tready``);
-    ``configured``: the weights and tables are in from an earlier run, only the control word is sent."""
+    ``configured``: the weights and tables are in from an earlier run, only the control word is sent;
+    ``x_stall``: the idle probability on ``x`` when it differs from ``stall``."""
     tb = tb or TB(dut, cfg)
-    tb.set_stalls(seed, stall)
+    tb.set_stalls(seed, stall, x_stall)
     if reset:
         await tb.reset()
     cpu0, sim0 = time.process_time(), get_sim_time("ns")
@@ -647,12 +655,13 @@ async def run_trace(dut):
     groups = select_groups(tr, os.environ.get("FASTCAR_GROUPS", "full"))
     seed = int(os.environ.get("FASTCAR_SEED", "1"))
     stall = float(os.environ.get("FASTCAR_STALL", "0"))
-    report = {"groups": groups, "stall": stall, "seed": seed, "modes": {}}
+    x_stall = float(os.environ.get("FASTCAR_X_STALL", str(stall)))
+    report = {"groups": groups, "stall": stall, "x_stall": x_stall, "seed": seed, "modes": {}}
     tb = TB(dut, cfg, backpressure=stall > 0)
     for k, mode in enumerate(os.environ.get("FASTCAR_MODES", "drs").split(",")):
         # One reset and the whole configuration for the first run; the later runs keep both.
         cycles, counters = await run_mode(dut, tr, cfg, groups, mode, seed, stall, dut._log, tb=tb,
-                                          reset=(k == 0), configured=(k > 0))
+                                          reset=(k == 0), configured=(k > 0), x_stall=x_stall)
         report["modes"][mode] = {"cycles": cycles, **counters}
         dut._log.info("%s: %d groups, %d rows bit-exact, %d cycles (stall %.2f), %.0f simulated cycles/s",
                       mode, len(groups), counters["rows_replayed"] + counters["rows_computed"],

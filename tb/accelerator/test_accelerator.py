@@ -84,13 +84,16 @@ def stall_groups(groups: str) -> str:
 
 
 def summary(trace_dir, groups: str, rep: dict, mode: str, seed=None) -> str:
-    """What one run measured, as JSON for the session summary (conftest.py)."""
+    """What one run measured, as JSON for the session summary (conftest.py); ``starved`` marks a run
+    whose input idles more often than the other streams stall (:func:`test_trace_starved_input`)."""
     m = rep["modes"][mode]
     tr = load_decode_trace(trace_dir)
     where = {"positions": sorted({int(i) for i in tr.group_index[rep["groups"]]}),
              "layers": sorted({int(i) for i in tr.group_layer[rep["groups"]]}), "rows": tr.dims["batch"]}
+    x_stall = rep.get("x_stall", rep["stall"])
     return json.dumps({"trace": str(trace_dir), **where, "groups": groups, "mode": mode, "seed": seed,
-                       "stall": rep["stall"], "n_groups": len(rep["groups"]),
+                       "stall": rep["stall"], "x_stall": x_stall, "starved": x_stall > rep["stall"],
+                       "n_groups": len(rep["groups"]),
                        **{k: m[k] for k in ("total_cycles", "rows_replayed", "rows_computed", "rows_checked",
                                             "sim_cycles", "wall_s", "cpu_s", "quiet_cycles", "quiet_cpu_s",
                                             "config_cycles", "config_cpu_s", "coverage", "schedules")}})
@@ -110,6 +113,34 @@ def test_trace_under_stalls(trace_dir, request, stall_seed, record_property):
     m = rep["modes"]["mixed"]
     print(f"\n{len(rep['groups'])} groups bit-exact under stalls (p={stall}, seed {seed}): "
           f"{m['rows_replayed']} rows replayed, {m['rows_computed']} computed")
+
+
+#: The starved-input run: the idle probability on ``x`` (the rows arrive about ten times slower than
+#: back to back, as over the board's UART, while ``y`` sees the usual backpressure), and its groups:
+#: positions 0-1 of every frame and layer, whose frames 1-7 replay most rows.
+STARVED_P = 0.9
+STARVED_GROUPS = "first:2"
+
+
+def test_trace_starved_input(trace_dir, request, record_property):
+    """The input paused most of the time (idle probability :data:`STARVED_P` on ``x`` only; the
+    configuration stream and ``y``'s backpressure at --stall): the engine then outputs every row it
+    has of a group before the group's last row arrives (the DUT's ``cov_drained_mid_group``, which
+    must be reached), where the output's end-of-group logic must not end the group early.
+    Bit-exact, rows in = rows out, on :data:`STARVED_GROUPS` with a random schedule per group."""
+    seed, stall = request.config.getoption("--seed"), request.config.getoption("--stall")
+    rep = run(accel_of(trace_dir), {"FASTCAR_TRACE": str(trace_dir), "FASTCAR_GROUPS": STARVED_GROUPS,
+                                    "FASTCAR_SEED": str(seed), "FASTCAR_STALL": str(stall),
+                                    "FASTCAR_X_STALL": str(STARVED_P), "FASTCAR_MODES": "mixed"},
+              f"starved-{seed}")
+    record_property("fastcar_run", summary(trace_dir, STARVED_GROUPS, rep, "mixed", seed))
+    m = rep["modes"]["mixed"]
+    drained = m["coverage"]["cov_drained_mid_group"]
+    n = len(rep["groups"])
+    assert drained > 0, (f"the input idled with p = {STARVED_P} on {n} groups, yet the engine never "
+                         f"output everything of a group before its last row arrived")
+    print(f"\n{n} groups bit-exact with the input starved (p={STARVED_P} on x, {stall} on y, seed {seed}): "
+          f"drained mid-group in {drained} cycles")
 
 
 def test_reset_mid_frame(trace_dir, request):
