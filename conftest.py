@@ -74,7 +74,7 @@ def pytest_sessionstart(session):
 def accelerator_summary(runs: list[dict], wall_s: float) -> tuple[list[str], str | None]:
     """Table lines of the accelerator runs of a session, and the failure of the mode comparison
     (None when DRS beats static and dense, or when not all three ran on the same groups)."""
-    from tb.accelerator.test_accelerator import compare_modes
+    from tb.accelerator.runner import compare_modes
 
     runs = sorted(runs, key=lambda r: (r["trace"], r["seed"] is None, r["mode"], r["seed"] or 0))
     lines = [f"{'trace':<15}{'run':<16}{'groups':>7}{'rows checked':>14}{'DUT cycles':>12}{'sim cycles':>12}"

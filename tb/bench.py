@@ -81,7 +81,7 @@ def run_points(points: list[tuple[float, Path]], groups: str, workers: str = "au
         if r.returncode:
             raise SystemExit(f"tb.bench: the RTL runs failed (pytest exit {r.returncode}); see above")
         from tb.accelerator.bench_points import point_file
-        from tb.accelerator.test_accelerator import MODES
+        from tb.accelerator.runner import MODES
 
         reps = []
         for tau, _ in points:

@@ -45,7 +45,7 @@ def best(runs: list[dict]) -> dict:
 
 def measure(variant: str, cycles: int, groups: str, repeat: int = 1) -> dict:
     from sw.config import DEFAULT_ACCEL as cfg
-    from tb.accelerator.test_accelerator import run
+    from tb.accelerator.runner import run
 
     raw = best([run(cfg, {"FASTCAR_CYCLES": str(cycles)}, "raw", testcase="raw_model", variant=variant)
                 for _ in range(repeat)])

@@ -149,6 +149,36 @@ def test_the_step_takes_only_the_mlp_engine_from_the_accelerator():
     assert step_borrowings(graph) == ["hw.step.projection -> hw.accel.mv_core"]
 
 
+def test_imports(root: Path = REPO) -> list[str]:
+    """Modules that are not tests (the conftest files included) but import a ``test_*`` module."""
+    files = {n: p for n, p in modules(root).items() if not n.rsplit(".", 1)[-1].startswith("test_")}
+    files.update({str(p.relative_to(root)): p for p in root.rglob("conftest.py") if "build" not in p.parts})
+    out = []
+    for name, path in sorted(files.items()):
+        for node in ast.walk(ast.parse(path.read_text())):
+            mods = ([node.module] if isinstance(node, ast.ImportFrom) and node.module else
+                    [a.name for a in node.names] if isinstance(node, ast.Import) else [])
+            out += [f"{name} -> {m}" for m in mods if m.rsplit(".", 1)[-1].startswith("test_")]
+    return out
+
+
+test_imports.__test__ = False      # a helper, not a test
+
+
+def test_no_tool_imports_a_test_module(tmp_path):
+    """Runners live in modules that the tests, the benches and the tools import; a planted import of
+    a test module from a tool is found."""
+    assert test_imports() == []
+    import shutil
+
+    root = tmp_path / "repo"
+    for top in ("sw", "hw", "tb"):
+        shutil.copytree(REPO / top, root / top)
+    bench = root / "tb" / "bench.py"
+    bench.write_text(bench.read_text() + "\nfrom tb.step.test_step import step_trace  # noqa\n")
+    assert test_imports(root) == ["tb.bench -> tb.step.test_step"]
+
+
 def test_hw_and_sw_are_split_into_sub_packages():
     for top, allowed in TOP_MODULES.items():
         flat = sorted(p.stem for p in (REPO / top).glob("*.py"))

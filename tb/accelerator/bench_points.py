@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from sw.config import DEFAULT_ACCEL
-from tb.accelerator.test_accelerator import MODES, run
+from tb.accelerator.runner import MODES, run
 
 SPEC = json.loads(os.environ.get("FASTCAR_BENCH", '{"points": [], "groups": "first:8", "out": ""}'))
 
