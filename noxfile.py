@@ -108,7 +108,7 @@ def sim(session):
     # With them, the stream blocks whose handshakes the accelerator never tests (its reorder buffer
     # and cache output never wait there, the cores are interchangeable) under backpressure on their
     # own: a few seconds in amaranth.sim.
-    blocks = ["tests/test_dispatcher_sim.py", "tests/test_reorder_buffer_sim.py", "tests/test_replay_cache_sim.py"]
+    blocks = ["tests/hw/accel/test_dispatcher_sim.py", "tests/hw/lib/test_reorder_buffer_sim.py", "tests/hw/accel/test_replay_cache_sim.py"]
     session.run("pytest", "-q", "-n", workers, "--dist", "worksteal", "tb/accelerator", *blocks,
                 "-k", "stalls or starved or cycles or (corner_trace and verilator) or _sim.py",
                 f"--trace-dir={args.trace}", *rest, env=env)

@@ -1,6 +1,6 @@
 """Golden-only rule changes: the spec (sw.spec.quant) with one rule replaced, for showing that the corner
 trace (golden/corners) makes the RTL comparison fail when the golden model alone changes a rule
-(tests/test_corners.py at the golden level, tb/accelerator/test_accelerator.py against the RTL)."""
+(tests/sw/test_corners.py at the golden level, tb/accelerator/test_accelerator.py against the RTL)."""
 
 from contextlib import contextmanager
 from pathlib import Path

@@ -325,7 +325,7 @@ def test_good_int8_constants_are_used(int8_ckpt, tmp_path):
 
 @pytest.fixture(scope="module")
 def hf_checkpoint(tmp_path_factory):
-    from tests.test_hf_loader import make_checkpoint
+    from tests.sw.test_hf_loader import make_checkpoint
 
     d = tmp_path_factory.mktemp("hf") / "llama"
     make_checkpoint(d)

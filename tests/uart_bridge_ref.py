@@ -1,6 +1,6 @@
 """The UART command bridge as it was before its control paths were registered and its wide enables
 replicated (``hw/board/uart_bridge.py`` at commit 67d2556), kept unchanged as the reference that
-``tests/test_uart_bridge_sim.py`` compares the current :class:`hw.board.uart_bridge.UartBridge`
+``tests/hw/board/test_uart_bridge_sim.py`` compares the current :class:`hw.board.uart_bridge.UartBridge`
 against: the same bytes in, with random gaps and backpressure, must give the same bytes out.
 
 Only the old ``elaborate`` is kept; the constructor, the protocol helpers (framing, opcodes, status

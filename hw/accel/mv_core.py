@@ -201,7 +201,7 @@ class MvCore(wiring.Component):
         if not isinstance(w_latency, int) or w_latency < 3:
             raise ValueError(f"MvCore w_latency must be an integer >= 3, not {w_latency!r}")
         # AccelConfig refuses a D pass shorter than ACC_WRITE_DISTANCE and a GU run shorter than
-        # mv_out (the schedule's two rules; tests/test_config.py).
+        # mv_out (the schedule's two rules; tests/sw/test_config.py).
         L = pass_lengths(cfg)
         self._cfg, self._wl, self._tag_bits = cfg, w_latency, tag_bits
         self._L, self._shared = L, shared_tables

@@ -18,7 +18,7 @@ block must reach so that the whole chip still closes after congestion).
 It prints, per block, Fmax, the critical path (from which signal to which, logic and routing
 nanoseconds) and the hard blocks and fabric it uses, and writes ``build/timing/report.json``.
 ``docs/timing.md`` carries the table. :data:`RECORD` holds the last recorded Fmax of every block;
-``--check`` (which ``tests/test_timing.py`` runs in CI on the cheapest blocks) fails when a block
+``--check`` (which ``tests/hw/flow/test_timing.py`` runs in CI on the cheapest blocks) fails when a block
 falls more than :data:`TOLERANCE` below it. nextpnr is deterministic for one netlist and seed, so
 a change in the figure means a change in the design or the tools.
 

@@ -22,7 +22,7 @@ class TasGroupOrder(PropertyWrapper):
     ``refresh_every``, ``max_chain_en``, ``max_chain``) is constant, at a value the solver picks.
     ``q``, the threshold, the frame and ``o.ready`` are free in every cycle; each ``k[e]`` is 0 or
     1, so the TAS is a sum of ``q`` elements: here it only tells the rows apart (the products of
-    the fabric multipliers against ``sw.spec.quant.tas_int`` are ``tests/test_tas_group.py``'s
+    the fabric multipliers against ``sw.spec.quant.tas_int`` are ``tests/hw/accel/test_tas_group.py``'s
     matter, and a solver proving a multiplier equal to ``*`` takes many minutes).
 
     The wrapper numbers the rows taken and the decisions given (``o.valid & o.ready``), and
@@ -40,7 +40,7 @@ class TasGroupOrder(PropertyWrapper):
       of those ahead of it);
     - **stream rule** on ``o``: ``valid`` and the payload held until ``ready``.
 
-    The replay bit is not checked here (``tests/test_tas_group.py`` compares it with the golden
+    The replay bit is not checked here (``tests/hw/accel/test_tas_group.py`` compares it with the golden
     model). Covers: a decision waits on ``ready`` and leaves; the watched decision leaves after
     an earlier one.
 

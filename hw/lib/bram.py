@@ -47,7 +47,7 @@ def word_position(addr: int, data_width: int) -> tuple[int, int]:
     configurations each half holds 8 data bits (8, 4 or 2 words), lower addresses in lower bits,
     and its ninth bit is unused. This is the layout Yosys's own ECP5 block-RAM mapping
     writes (``share/lattice/brams_map_16kd.v`` with the word rule of ``passes/memory/memlib.md``),
-    and ``tests/test_bram.py`` compares our ``INITVAL`` parameters with those Yosys infers.
+    and ``tests/hw/lib/test_bram.py`` compares our ``INITVAL`` parameters with those Yosys infers.
     """
     per_row = 18 // data_width if data_width >= 9 else 2 * (8 // data_width)
     row, k = divmod(addr, per_row)
@@ -141,7 +141,7 @@ class Bram(_OneBlock, wiring.Component):
     instead of the 5.83 ns of ``NOREG``, the only mode Yosys's memory mapping emits (nor does
     Yosys move a fabric register after the read into the block). Everywhere else (simulation,
     Verilog for cocotb) it is the behavioural model below, cycle for cycle the same:
-    ``tests/test_bram.py`` checks the model against a reference and ``tb/bram`` the two against
+    ``tests/hw/lib/test_bram.py`` checks the model against a reference and ``tb/bram`` the two against
     each other.
 
     One component is one DP16KD: ``width`` and ``depth`` must fit one of its true dual-port
@@ -301,7 +301,7 @@ class BramTdp(_OneBlock, wiring.Component):
 
     On an ECP5 platform this is one hand-instantiated ``DP16KD`` in true dual-port mode with
     ``REGMODE_A = REGMODE_B = "OUTREG"`` and ``WRITEMODE_A = "NORMAL"``; everywhere else the
-    behavioural model below, cycle for cycle the same (``tests/test_bram.py`` checks the model
+    behavioural model below, cycle for cycle the same (``tests/hw/lib/test_bram.py`` checks the model
     against :class:`BramTdpReference`, ``tb/bram`` the model against the instance). Both ports run
     on the ``sync`` clock and read on every cycle (no clock enables: the pipelines it serves never
     stall). Width and depth as for :class:`Bram`: one DP16KD, the narrowest ``DATA_WIDTH`` of at

@@ -23,7 +23,7 @@ class Mult18(wiring.Component):
     the DSP block. Yosys never puts registers into the block by itself, and with fabric registers
     around an inferred multiplier the routing to and from the block limits the clock (see
     ``docs/timing.md``). Everywhere else (simulation, Verilog for cocotb) it is
-    the behavioural model below, cycle for cycle the same: ``tests/test_mult18.py`` and
+    the behavioural model below, cycle for cycle the same: ``tests/hw/lib/test_mult18.py`` and
     ``tb/mult18`` check the two against each other.
 
     The registers have no reset and no enable, like the pipeline they replace: ``p`` is the

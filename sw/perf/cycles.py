@@ -7,7 +7,7 @@ dispatcher), the dispatcher (DRS, chunk round-robin or row-static), each core's 
 (:class:`hw.accel.mv_core.MvCore`: GU and D passes of fixed length, one job held ahead, a chunk's D pass
 after its ``h`` is complete), the output stage (:class:`hw.accel.row_out.RowOut`) and the reorder
 buffer. Every constant below is a pipeline depth of one RTL block, named after it;
-``tests/test_cycles.py`` checks each against the block, and the accelerator regression checks
+``tests/sw/test_cycles.py`` checks each against the block, and the accelerator regression checks
 the model against the RTL's cycle counter on every group.
 """
 

@@ -501,7 +501,7 @@ def sampler_state(seed: int, prompt: int) -> int:
 def noise_tables() -> tuple[np.ndarray, np.ndarray]:
     """The two tables of the exponential draw's base-2 logarithm, Q16, ``2**NOISE_TABLE_BITS``
     entries each, at the middle of each bin (built once from floats; every entry is at least
-    1e-6 from a rounding boundary, ``tests/test_sampling.py``)::
+    1e-6 from a rounding boundary, ``tests/sw/test_sampling.py``)::
 
         LOG2[i] = rint(2**16 * log2(1 + (i + 1/2) / 256))               log2 of a mantissa
         G[j]    = rint(2**16 * log2(-ln(1 - v) / v)),  v = (j + 1/2) / 256

@@ -8,7 +8,7 @@ import pytest
 from amaranth.sim import Simulator
 
 from hw.lib.axi_writer import AxiWriter
-from tests.test_axi_reader import NB, REGIONS, bursts_of
+from tests.hw.lib.test_axi_reader import NB, REGIONS, bursts_of
 
 
 def run(regions, *, max_burst=16, stall=0.0, bad_resp_at=None, seed=0):

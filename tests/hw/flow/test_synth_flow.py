@@ -9,7 +9,7 @@ import pytest
 
 from hw.formal.properties import TINY_ACCEL
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[3]
 
 
 def test_synth_small_accelerator(tmp_path):

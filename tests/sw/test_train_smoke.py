@@ -7,7 +7,7 @@ from pathlib import Path
 
 from sw.model.checkpoint import load_checkpoint
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_train_smoke(tmp_path):

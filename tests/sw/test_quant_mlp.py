@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sw.spec import quant
-from tests.test_quant import reference_requant
+from tests.sw.test_quant import reference_requant
 
 
 def reference_swiglu(x, wg, wu, wd, p):

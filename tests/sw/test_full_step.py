@@ -13,7 +13,7 @@ import pytest
 
 from sw.trace.full_step import DIMS, check_full_step, export_full_step, load_full_step, tensor_specs
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")

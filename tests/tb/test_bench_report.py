@@ -13,7 +13,7 @@ from sw.perf.cycles import trace_cycles
 from sw.trace.decode import load_decode_trace, select_groups
 from tb import bench
 
-GOLDEN = Path(__file__).resolve().parent.parent / "golden" / "fastcar"
+GOLDEN = Path(__file__).resolve().parents[2] / "golden" / "fastcar"
 
 
 def fake_rep(cfg=DEFAULT_ACCEL, *, scale=None):

@@ -176,7 +176,7 @@ def test_a_new_group_starts_from_empty_accumulators():
 def test_core_rows_with_gaps_two_groups_both_layers():
     """A run with idle gaps, two groups and both layers: every D pass is reported once, and each
     row's accumulators are the integer MLP's (the core's schedule cycle for cycle is checked
-    against the cycle model, exactly, in tests/test_cycles.py and the accelerator regression)."""
+    against the cycle model, exactly, in tests/sw/test_cycles.py and the accelerator regression)."""
     rng = np.random.default_rng(4)
     layers = random_layers(SMALL, rng)
     xs = [rng.integers(-128, 128, SMALL.d_model) for _ in range(3)]

@@ -32,7 +32,7 @@ def reference_rows(cfg, tr, g, threshold=None):
 def test_row_beats_match_amaranth_constants():
     from sw.trace.decode import load_decode_trace
 
-    tr = load_decode_trace(Path(__file__).resolve().parent.parent / "golden" / "fastcar")
+    tr = load_decode_trace(Path(__file__).resolve().parents[3] / "golden" / "fastcar")
     for g in range(0, len(tr.group_layer), 97):
         for threshold in (None, quant.THRESHOLD_NEVER, -(2 ** 31)):
             got = [bits for bits, _ in row_beats(DEFAULT_ACCEL, tr, g, threshold=threshold)]
@@ -69,7 +69,7 @@ def test_control_word_keeps_its_bit_positions():
     from hw.accel.accelerator import cfg_layout, ctrl_layout
     from hw.board.host import config_words
     from tb.board.small_trace import SMALL_ACCEL as cfg
-    from tests.test_cycles import random_layer
+    from tests.sw.test_cycles import random_layer
 
     lay = ctrl_layout()
     assert {n: lay[n].offset for n in lay.members} == {

@@ -18,7 +18,7 @@ from sw.trace.decode import check_decode_trace, load_decode_trace
 from sw.trace.export import export_decode_trace
 from sw.trace.store import TraceError
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_checkpoint_round_trip(tiny_ckpt):

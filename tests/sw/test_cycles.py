@@ -16,7 +16,7 @@ from sw.config import DEFAULT_ACCEL, AccelConfig
 from sw.perf.cycles import Latencies, group_cycles, trace_cycles
 from sw.spec import quant
 from tb.bench import MODEL_TOLERANCE, model_check
-from tests.test_accelerator_sim import configure, run_to_end, send_group
+from tests.hw.accel.test_accelerator_sim import configure, run_to_end, send_group
 
 #: Module-scoped fixtures: with pytest-xdist (--dist loadgroup) these tests share one worker.
 pytestmark = pytest.mark.xdist_group("test_cycles")

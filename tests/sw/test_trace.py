@@ -13,7 +13,7 @@ import pytest
 from sw.trace.decode import load_decode_trace
 from sw.trace.store import TraceError, first_mismatch
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 CORNERS = REPO / "golden" / "corners"
 
 

@@ -14,9 +14,9 @@ from amaranth.lib.wiring import In, Out
 from hw.flow import timing
 from hw.flow.synth import load_board
 from hw.flow.synth_harness import SynthHarness
-from tests.test_synth_harness import _leds as harness_leds
+from tests.hw.flow.test_synth_harness import _leds as harness_leds
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[3]
 
 #: The cheapest block (under a minute on 2 cores): the regression check that runs in CI.
 CI_BLOCKS = ("rob",)

@@ -11,7 +11,7 @@ import pytest
 
 from sw.perf import system_model as sm
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_budget_of_the_shipped_model():

@@ -11,7 +11,7 @@ from hw.board.host import config_words
 from hw.step.decoder_layer import DecoderLayer
 from sw.spec import quant
 from tb.board.small_trace import SMALL_ACCEL, _layer
-from tests.test_attention_layer import golden as attention_golden
+from tests.hw.step.test_attention_layer import golden as attention_golden
 
 CFG = SMALL_ACCEL
 D, B, H, P, EPS = CFG.d_model, CFG.batch, 2, 8, 7

@@ -31,7 +31,7 @@ def run(sim, name):
     if os.environ.get("FASTCAR_VCD", "") in ("", "0"):
         sim.run()
         return
-    out = Path(__file__).resolve().parent.parent / "build" / "vcd"
+    out = Path(__file__).resolve().parents[3] / "build" / "vcd"
     out.mkdir(parents=True, exist_ok=True)
     with sim.write_vcd(str(out / f"{name}.vcd")):
         sim.run()

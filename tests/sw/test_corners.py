@@ -15,7 +15,7 @@ from sw.trace import corners
 from sw.trace.decode import check_decode_trace, load_decode_trace
 from tb.golden_mutants import MUTATIONS, golden_rule_changed, round_half_away, round_half_up
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 CORNERS = REPO / "golden" / "corners"
 
 

@@ -250,7 +250,7 @@ def test_docs_info_example_is_what_the_board_answers():
 
     from sw.config import DEFAULT_ACCEL
 
-    text = (Path(__file__).resolve().parents[1] / "docs" / "board.md").read_text()
+    text = (Path(__file__).resolve().parents[3] / "docs" / "board.md").read_text()
     info = info_bytes(DEFAULT_ACCEL)
     want = bytes([RESPONSE | 0x00, len(info)]) + info + bytes([0])
     assert info_example(text) == want, "docs/board.md: the INFO example is not what the board answers"

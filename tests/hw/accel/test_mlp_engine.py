@@ -9,7 +9,7 @@ from hw.accel.mlp_engine import MlpEngine
 from hw.accel.mv_layout import gu_table_index, weight_blocks
 from sw.config import AccelConfig
 from sw.spec import quant
-from tests.test_mv_core import random_layers
+from tests.hw.accel.test_mv_core import random_layers
 
 SMALL = AccelConfig(d_model=16, d_ff=64, layers=2, tokens_per_frame=2, batch=4, cores=2,
                     chunks=4, tas_lanes=4, mv_in=4, mv_out=4)

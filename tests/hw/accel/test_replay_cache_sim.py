@@ -11,7 +11,7 @@ from hw.lib.payload import pack, unpack_int8
 from sw.trace.decode import load_decode_trace
 from tests.streams import stream_get, stream_put
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[3]
 
 
 def run_cache(tr, groups, *, corrupt_write=None):
