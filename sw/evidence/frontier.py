@@ -53,6 +53,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -463,12 +464,13 @@ def job_name(key: tuple) -> str:
     return "/".join(map(str, key))
 
 
-def _execute(todo: list[dict], runner, progress: bool, desc: str) -> dict:
+def _execute(todo: list[dict], runner, progress: bool, desc: str, store: Path | None = None) -> dict:
     """Run the jobs on ``runner`` (:class:`sw.jobs.JobRunner`), the longest first; their results by
-    key, in that order whatever order they finished in."""
+    key, in that order whatever order they finished in (``store``: each result kept there by its
+    key as it arrives, and a job whose result is there already not run again)."""
     todo = sorted(todo, key=lambda j: (not j["integer"], -len(j["prompts"])))  # the longest first
     done = runner.run(run_job, {job_name(j["key"]): j for j in todo}, progress=progress, desc=desc,
-                      worker_init=_init_worker)
+                      worker_init=_init_worker, store=store)
     return {r["key"]: r for r in done.values()}
 
 
@@ -490,13 +492,14 @@ def _entries(settings, paths, phase, done) -> list[dict]:
 
 def run(settings: list[Setting], *, paths=("float", "integer"), prompts=None, seeds=CALIBRATION_SEEDS,
         heldout_seeds=CALIBRATION_HELDOUT_SEEDS, test_seeds=TEST_SEEDS, jobs: int | None = None,
-        scheduler: str | None = None, progress: bool = True) -> dict:
+        scheduler: str | None = None, progress: bool = True, store: Path | None = None) -> dict:
     """Calibrate every setting, choose the operating point, confirm it on the test seeds; returns
     the frontier (``{"entries": [...], "chosen", "confirmation", ...}``).
 
     The jobs run on a local Dask cluster of ``jobs`` processes (default one per core; ``1``: here,
     one after another), or on the workers of the Dask scheduler at ``scheduler``
-    (``tcp://HOST:PORT``, :mod:`sw.jobs`); the results are the same."""
+    (``tcp://HOST:PORT``, :mod:`sw.jobs`); the results are the same. With ``store``, each job's
+    result is kept there by its key, so that a stopped run given the same ``store`` resumes."""
     from sw import operating_point
     from sw.jobs import JobRunner
     from sw.model import data
@@ -516,7 +519,7 @@ def run(settings: list[Setting], *, paths=("float", "integer"), prompts=None, se
     paths = list(paths)
     with JobRunner(scheduler=scheduler, workers=jobs) as runner:
         entries, chosen, current, confirmation = _phases(settings, paths, prompts, seeds, heldout_seeds,
-                                                         test_seeds, runner, progress)
+                                                         test_seeds, runner, progress, store)
     return {"cfg": CFG, "prompts": len(prompts), "budget_points": BUDGET_POINTS, "paper": PAPER,
             "seeds": {"calibration": {"all_prompts": list(seeds), "heldout_prompts": list(heldout_seeds),
                                       "role": "every setting; the operating point is chosen on these"},
@@ -531,7 +534,7 @@ def run(settings: list[Setting], *, paths=("float", "integer"), prompts=None, se
             "chosen": chosen, "confirmation": confirmation, "entries": entries}
 
 
-def _phases(settings, paths, prompts, seeds, heldout_seeds, test_seeds, runner, progress):
+def _phases(settings, paths, prompts, seeds, heldout_seeds, test_seeds, runner, progress, store=None):
     """The calibration on every path, the choice and its confirmation on the test seeds:
     ``(entries, chosen, the default operating point's setting or None, confirmation)``."""
     from sw import operating_point
@@ -544,7 +547,7 @@ def _phases(settings, paths, prompts, seeds, heldout_seeds, test_seeds, runner, 
         todo = [s for s in settings if s.name == "dense" or k == 0 or (
             s.family in CANDIDATES and all(holds(e) for e in entries if e["name"] == s.name))]
         done = _execute(plan(todo, [path], phase="calibration", prompts=prompts, seeds=seeds,
-                             heldout_seeds=heldout_seeds), runner, progress, f"calibration, {path}")
+                             heldout_seeds=heldout_seeds), runner, progress, f"calibration, {path}", store)
         entries += _entries(todo, [path], "calibration", done)
     chosen = choose(entries, paths)
     default = Setting.from_operating_point(operating_point.DEFAULT)
@@ -557,7 +560,7 @@ def _phases(settings, paths, prompts, seeds, heldout_seeds, test_seeds, runner, 
         if current is not None and current.name != pick.name:
             confirm.append(current)      # the shipped default, whether or not it is the choice
         done_t = _execute(plan(confirm, paths, phase="test", prompts=prompts, seeds=test_seeds,
-                               heldout_seeds=()), runner, progress, "test")
+                               heldout_seeds=()), runner, progress, "test", store)
         test = _entries(confirm, paths, "test", done_t)
         entries += test
         confirmation = {"name": pick.name,
@@ -721,6 +724,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m sw.evidence.frontier", description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, default=Path("build/frontier"), help="output directory")
     ap.add_argument("--force", action="store_true", help="overwrite an existing output directory")
+    ap.add_argument("--resume", action="store_true",
+                    help="keep the results of the jobs a stopped run finished (OUT.jobs/) and run the rest")
     ap.add_argument("--jobs", type=int, default=None,
                     help="parallel processes on this machine (default: one per core; not with --scheduler)")
     ap.add_argument("--scheduler", metavar="ADDRESS", default=None,
@@ -749,12 +754,17 @@ def main(argv=None) -> int:
             paths = ("float",)
         settings = default_settings(comparison=not args.no_comparison,
                                     sparse_aware=CHECKPOINTS["sparse_aware"].is_dir())
-        front = run(settings, paths=paths, jobs=args.jobs, scheduler=args.scheduler, **kw)
+        # Each job's result is kept by its key as it finishes; a stopped run leaves them for --resume.
+        store = args.out.with_name(args.out.name + ".jobs")
+        if store.exists() and not args.resume:
+            shutil.rmtree(store)
+        front = run(settings, paths=paths, jobs=args.jobs, scheduler=args.scheduler, store=store, **kw)
         with atomic_dir(args.out, force=args.force) as tmp:
             (tmp / "frontier.json").write_text(json.dumps(front, indent=1) + "\n")
             (tmp / "frontier.md").write_text(markdown(front))
             plot(front, tmp / "frontier.png")
             plot_speed(front, tmp / "speed.png")
+        shutil.rmtree(store, ignore_errors=True)
     except (FrontierError, OutputExistsError, SchedulerError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

@@ -157,7 +157,7 @@ def test_bad_options_are_refused(tmp_path, capsys):
         frontier.run([frontier.Setting("dense", "dense", None, model="nope")], prompts=["red square moves up"])
 
 
-def test_the_integer_path_calibrates_only_what_holds_on_float(monkeypatch):
+def test_the_integer_path_calibrates_only_what_holds_on_float(monkeypatch, tmp_path):
     """A candidate that leaves the budget on the float path is not run on the integer path; the
     choice is confirmed on the test seeds alone; no job of the test phase uses a calibration seed."""
     seen = []
@@ -191,3 +191,17 @@ def test_the_integer_path_calibrates_only_what_holds_on_float(monkeypatch):
                                      "step_speedup": {"float": 2.5, "integer": 2.5},
                                      "replay": {"float": 0.25, "integer": 0.25}}
     assert "confirmed on the test seeds: NO" in frontier.markdown(front)
+
+    # Resumed from a store: a run that keeps its results by job key runs none of them again, and
+    # gives the same frontier; with one result dropped from the store, only that job runs again.
+    store = tmp_path / "jobs"
+    first = frontier.run(settings, prompts=prompts, seeds=(0,), heldout_seeds=(1,), test_seeds=(100,),
+                         jobs=1, progress=False, store=store)
+    seen.clear()
+    again = frontier.run(settings, prompts=prompts, seeds=(0,), heldout_seeds=(1,), test_seeds=(100,),
+                         jobs=1, progress=False, store=store)
+    assert seen == [] and again == first
+    next(store.rglob("*.pkl")).unlink()
+    frontier.run(settings, prompts=prompts, seeds=(0,), heldout_seeds=(1,), test_seeds=(100,),
+                 jobs=1, progress=False, store=store)
+    assert len(seen) == 1
