@@ -8,12 +8,21 @@ message instead of a wrong answer.
 
 Changing the array size means changing :data:`DEFAULT_ACCEL` (or passing another
 :class:`AccelConfig`, e.g. ``nox -s synth -- --accel A.json``), nothing else.
+
+A cocotb testbench run is configured by one :class:`BenchConfig`: its runner writes it to a JSON file
+and names that file in the simulator's environment (:data:`BENCH_CONFIG_ENV`); the testbench reads it
+back with :meth:`BenchConfig.from_env`.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
+import types
+import typing
 from dataclasses import dataclass
+from pathlib import Path
 
 from sw.jsonio import read_json
 from sw.spec import quant
@@ -188,3 +197,274 @@ def trace_accel(manifest: dict) -> AccelConfig:
             raise ConfigError(f"trace manifest field 'accel': {k}={getattr(cfg, k)}, but the trace's dims "
                               f"have {k}={dims[k]}")
     return cfg
+
+
+#: The environment variable that names a testbench run's :class:`BenchConfig` file (JSON), which
+#: ``tb.runner.run_cocotb`` writes into the run's build directory.
+BENCH_CONFIG_ENV = "BENCH_CONFIG"
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    """Everything a cocotb testbench run is told besides the Verilog it simulates: one value per field,
+    each used by the testbenches named in its description (``tb/``); a field no testbench of the run
+    reads keeps its default.
+
+    The runners (``tb/accelerator/runner.py``, ``tb/step/runner.py``, the board, block-RAM and
+    multiplier drivers) build one from their keyword arguments, ``tb.runner.run_cocotb`` writes it
+    (:meth:`to_json`) into the build directory and names the file in :data:`BENCH_CONFIG_ENV`, and the
+    testbench reads it once (:meth:`from_env`). Every value is checked when the object is made: a wrong
+    type or range raises :class:`ConfigError` naming the field (and the file, when read from one).
+
+    Parameters
+    ----------
+    trace : str or None
+        The trace directory: a decode trace (the accelerator and the board) or a full-step trace (the
+        step's blocks). A path-like is stored as its string.
+    accel : AccelConfig or None
+        The accelerator the simulated Verilog was built for (the accelerator, the board, the step's
+        MLP, decoder layer and whole step); must match the build.
+    groups : str
+        The decode trace's groups (``sw.trace.decode.select_groups``): ``full``, ``first:N``,
+        ``first:N:F`` or ``cover:N``.
+    seed : int
+        Seed of the random idle cycles, backpressure and pauses (and of the primitives' operands).
+    stall : float
+        Probability of an idle cycle on every input and of backpressure on every output (the board: of
+        an idle gap before each byte the host sends), in [0, 1].
+    x_stall : float or None
+        The accelerator's input ``x`` alone: probability of an idle cycle, in [0, 1]; ``None``: the
+        same as ``stall``. Near 1 the rows arrive far slower than the engine computes.
+    modes : tuple of str
+        The accelerator's runs, one after the other in one simulator: ``drs``, ``chunk_rr``,
+        ``static``, ``dense`` (tau = +inf, no replay) or ``mixed`` (a random schedule per group).
+    resets : int
+        The accelerator's ``reset_mid_frame``: resets, each followed by the whole selection.
+    report : str or None
+        The accelerator's JSON report of what it measured (cycles, counters, coverage); none if None.
+    cycles : int
+        The accelerator's ``raw_model``: cycles the model runs alone.
+    log_every : int
+        The accelerator: a progress line every this many groups.
+    steps : str
+        The full-step trace's steps a step testbench runs: ``all``, ``stride:N`` (every N-th, the last
+        included), ``first:N`` or ``from:A:N`` (which of them each block takes: its testbench's
+        docstring).
+    plant : str
+        One expected value changed, so the check must fail and name it; the spelling is the
+        testbench's (its docstring), empty for none.
+    block : str or None
+        Which build of a shared testbench: ``qk_score`` or ``attention_head``
+        (``cocotb_attention``), ``qkv`` or ``o_head`` (``cocotb_projection``).
+    mv : tuple of int or None
+        ``(n_in, n_out)``: the matrix-vector unit of the step's projections, QKV, attention layer and
+        token head builds.
+    max_positions : int or None
+        The KV cache's positions of the attention-layer and decoder-layer builds.
+    stride : int
+        The token head: every this many samples (1: all of them, back to back).
+    taps : bool
+        The whole step: the build has the ``r`` and ``z`` taps, which are checked.
+    video : bool
+        The whole step: after the prompt, each step's tokens are the RTL's own (fed back on chip).
+    preload : bool
+        The whole step: a run from a later step starts with the replay cache written from the trace.
+    sdram : float
+        The whole step: bytes a cycle the memory moves on its read and write channels (the SDRAM's
+        bandwidth); 0: a data beat every cycle.
+    out : str or None
+        The whole step: the JSON file of the RTL's record (steps, tokens, cycles, bytes); none if None.
+    burst, count_bits : int or None
+        The AXI4 reader's and writer's builds: the longest burst and the width of a command's word
+        count.
+    cpb, timeout : int or None
+        The board: clock cycles per UART bit and the bridge's timeout in cycles (must match the build).
+    bram : tuple of (int, int)
+        The block-RAM pairs of the ``tb/bram`` builds, ``(width, depth)`` each, in port order.
+    """
+
+    trace: str | None = None
+    accel: AccelConfig | None = None
+    groups: str = "full"
+    seed: int = 1
+    stall: float = 0.0
+    x_stall: float | None = None
+    modes: tuple[str, ...] = ("drs",)
+    resets: int = 3
+    report: str | None = None
+    cycles: int = 200_000
+    log_every: int = 256
+    steps: str = "all"
+    plant: str = ""
+    block: str | None = None
+    mv: tuple[int, int] | None = None
+    max_positions: int | None = None
+    stride: int = 1
+    taps: bool = True
+    video: bool = False
+    preload: bool = False
+    sdram: float = 0.0
+    out: str | None = None
+    burst: int | None = None
+    count_bits: int | None = None
+    cpb: int | None = None
+    timeout: int | None = None
+    bram: tuple[tuple[int, int], ...] = ()
+
+    #: Fields that hold a file or directory: a path-like is stored as its string.
+    PATHS: typing.ClassVar[frozenset[str]] = frozenset({"trace", "report", "out"})
+    #: Fields that are probabilities, in [0, 1].
+    PROBABILITIES: typing.ClassVar[frozenset[str]] = frozenset({"stall", "x_stall"})
+    #: Integer fields that must be at least 1 (when given).
+    POSITIVE: typing.ClassVar[frozenset[str]] = frozenset(
+        {"cycles", "log_every", "max_positions", "stride", "burst", "count_bits", "cpb", "timeout"})
+
+    def __post_init__(self):
+        hints = typing.get_type_hints(type(self))
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            if f.name in self.PATHS and isinstance(v, os.PathLike):
+                v = os.fspath(v)
+            v = _typed(v, hints[f.name], f.name)
+            object.__setattr__(self, f.name, v)
+        for name in self.PROBABILITIES:
+            v = getattr(self, name)
+            if v is not None and not 0.0 <= v <= 1.0:
+                raise ConfigError(f"bench config field '{name}' must be a probability in [0, 1], not {v!r}")
+        for name in self.POSITIVE:
+            v = getattr(self, name)
+            if v is not None and v < 1:
+                raise ConfigError(f"bench config field '{name}' must be at least 1, not {v!r}")
+        if self.resets < 0:
+            raise ConfigError(f"bench config field 'resets' must be at least 0, not {self.resets!r}")
+        if self.sdram < 0:
+            raise ConfigError(f"bench config field 'sdram' must be at least 0, not {self.sdram!r}")
+        if not self.modes or not all(self.modes):
+            raise ConfigError(f"bench config field 'modes' must name at least one run, "
+                              f"not {list(self.modes)!r}")
+        for name, pairs in (("mv", [self.mv] if self.mv else []), ("bram", self.bram)):
+            for pair in pairs:
+                if min(pair) < 1:
+                    raise ConfigError(f"bench config field '{name}' must hold positive sizes, "
+                                      f"not {list(pair)!r}")
+
+    def require(self, name: str):
+        """The value of field ``name``; :class:`ConfigError` naming the field when it is ``None`` (a
+        testbench that needs it was run without it)."""
+        v = getattr(self, name)
+        if v is None:
+            raise ConfigError(f"bench config field '{name}' is not set, and this testbench needs it")
+        return v
+
+    def to_dict(self) -> dict:
+        """The fields as JSON values: tuples as lists, ``accel`` as its dict."""
+        out = {}
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            out[f.name] = v.to_dict() if isinstance(v, AccelConfig) else _json_value(v)
+        return out
+
+    @classmethod
+    def from_dict(cls, d: dict, *, source: str = "bench config") -> BenchConfig:
+        """The config of a JSON object; one :class:`ConfigError` naming ``source`` and the field for an
+        unknown field or a wrong value."""
+        return _from_dict(cls, d, source, "bench config")
+
+    def to_json(self, path) -> Path:
+        """Write the config to ``path`` (whole or not at all: a reader never sees half a file)."""
+        from sw.atomic import atomic_file
+
+        path = Path(path)
+        with atomic_file(path) as tmp:
+            Path(tmp).write_text(json.dumps(self.to_dict(), indent=1) + "\n")
+        return path
+
+    @classmethod
+    def from_json(cls, path) -> BenchConfig:
+        """The config in the JSON file ``path``; one :class:`ConfigError` naming the file (and the
+        field) when it is missing, not JSON, or holds an unknown field or a wrong value."""
+        return cls.from_dict(read_json(path, ConfigError, "bench config"), source=str(path))
+
+    @classmethod
+    def from_env(cls, environ=None) -> BenchConfig:
+        """The config in the file that :data:`BENCH_CONFIG_ENV` names in ``environ`` (default: this
+        process's environment, which the simulator inherits from ``tb.runner.run_cocotb``)."""
+        environ = os.environ if environ is None else environ
+        path = environ.get(BENCH_CONFIG_ENV)
+        if not path:
+            raise ConfigError(f"{BENCH_CONFIG_ENV} is not set: it names the testbench's configuration file "
+                              "(tb.runner.run_cocotb writes one for every run)")
+        return cls.from_json(path)
+
+
+def _describe(hint) -> str:
+    """``hint`` in words, for error messages."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join("null" if a is type(None) else _describe(a) for a in args)
+    if origin is tuple:
+        if len(args) == 2 and args[1] is Ellipsis:
+            return f"a list of ({_describe(args[0])})"
+        return f"a list of {len(args)} ({', '.join(_describe(a) for a in args)})"
+    return {bool: "true or false", int: "an integer", float: "a number", str: "a string",
+            AccelConfig: "an accelerator config (an object)"}.get(hint, getattr(hint, "__name__", str(hint)))
+
+
+def _typed(v, hint, name: str):
+    """``v`` as the type ``hint`` of bench config field ``name`` (lists become tuples, integers of a
+    float field floats, a dict of an :class:`AccelConfig` field the config), or :class:`ConfigError`
+    naming the field."""
+    def bad():
+        return ConfigError(f"bench config field '{name}' must be {_describe(hint)}, not {v!r}")
+
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        if v is None and type(None) in args:
+            return None
+        alternatives = [a for a in args if a is not type(None)]
+        if len(alternatives) == 1:
+            try:
+                return _typed(v, alternatives[0], name)
+            except ConfigError as e:
+                # An accelerator config's own message names what is wrong inside it.
+                raise (e if isinstance(v, dict) else bad()) from None
+        for a in alternatives:
+            try:
+                return _typed(v, a, name)
+            except ConfigError:
+                pass
+        raise bad()
+    if origin is tuple:
+        if not isinstance(v, (list, tuple)):
+            raise bad()
+        if len(args) == 2 and args[1] is Ellipsis:
+            args = (args[0],) * len(v)
+        if len(v) != len(args):
+            raise bad()
+        try:
+            return tuple(_typed(x, a, name) for x, a in zip(v, args, strict=True))
+        except ConfigError:
+            raise bad() from None
+    if hint is bool:
+        if isinstance(v, bool):
+            return v
+    elif hint is int:
+        if isinstance(v, int) and not isinstance(v, bool):
+            return v
+    elif hint is float:
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            return float(v)
+    elif hint is str:
+        if isinstance(v, str):
+            return v
+    elif hint is AccelConfig:
+        if isinstance(v, AccelConfig):
+            return v
+        if isinstance(v, dict):
+            return AccelConfig.from_dict(v, source=f"bench config field '{name}'")
+    raise bad()
+
+
+def _json_value(v):
+    """Tuples (nested too) as lists."""
+    return [_json_value(x) for x in v] if isinstance(v, tuple) else v

@@ -1,0 +1,85 @@
+"""The testbenches' one configuration (``sw.config.BenchConfig``): it survives its JSON file exactly,
+and a bad file is refused in one message that names the file and the field."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from sw.config import BENCH_CONFIG_ENV, DEFAULT_ACCEL, SMALL_ACCEL, BenchConfig, ConfigError
+
+#: A config with every field away from its default.
+FULL = BenchConfig(trace="/traces/t", accel=SMALL_ACCEL, groups="cover:8", seed=30, stall=0.3, x_stall=0.9,
+                   modes=("drs", "static", "chunk_rr", "dense"), resets=2, report="/b/cycles.json",
+                   cycles=5000, log_every=16, steps="from:40:5", plant="r_out:3:1:2:4", block="qkv",
+                   mv=(4, 4), max_positions=128, stride=16, taps=False, video=True, preload=True,
+                   sdram=2.8, out="/b/rtl.json", burst=16, count_bits=24, cpb=8, timeout=4000,
+                   bram=((18, 1024), (9, 256)))
+
+
+@pytest.mark.parametrize("cfg", [BenchConfig(), FULL], ids=["defaults", "every-field"])
+def test_the_json_file_round_trips_exactly(cfg, tmp_path):
+    path = cfg.to_json(tmp_path / "bench.json")
+    back = BenchConfig.from_json(path)
+    assert back == cfg
+    assert back.to_dict() == cfg.to_dict() == json.loads(path.read_text())
+    assert BenchConfig.from_env({BENCH_CONFIG_ENV: str(path)}) == cfg
+
+
+def test_every_field_differs_from_its_default_in_the_full_config():
+    """So the round trip above covers every field (a new field must be added to ``FULL``)."""
+    same = [k for k, v in BenchConfig().to_dict().items() if FULL.to_dict()[k] == v]
+    assert same == []
+
+
+def test_values_are_normalised_to_their_types():
+    cfg = BenchConfig(trace=Path("/t"), accel=DEFAULT_ACCEL.to_dict(), stall=0, modes=["mixed"], mv=[8, 8],
+                      bram=[[18, 1024]])
+    assert (cfg.trace, cfg.accel, cfg.stall, cfg.modes, cfg.mv, cfg.bram) == \
+        ("/t", DEFAULT_ACCEL, 0.0, ("mixed",), (8, 8), ((18, 1024),))
+    assert isinstance(cfg.stall, float)
+
+
+@pytest.mark.parametrize("change, named", [
+    ({"stal": 0.2}, r"unknown bench config field\(s\) \['stal'\]"),
+    ({"stall": "0.2"}, "field 'stall' must be a number, not '0.2'"),
+    ({"seed": 1.5}, "field 'seed' must be an integer, not 1.5"),
+    ({"taps": 1}, "field 'taps' must be true or false, not 1"),
+    ({"modes": "drs"}, "field 'modes' must be a list of"),
+    ({"mv": [8]}, "field 'mv' must be a list of 2"),
+    ({"bram": [[18, "1024"]]}, "field 'bram' must be a list of"),
+    ({"stall": 1.5}, r"field 'stall' must be a probability in \[0, 1\], not 1.5"),
+    ({"stride": 0}, "field 'stride' must be at least 1, not 0"),
+    ({"accel": {**DEFAULT_ACCEL.to_dict(), "chunks": 7}},
+     "field 'accel': accelerator config: d_ff=256 is not"),
+    ({"accel": {"rows": 4}}, r"field 'accel': unknown accelerator config field\(s\) \['rows'\]"),
+])
+def test_a_bad_file_is_refused_naming_the_file_and_the_field(tmp_path, change, named):
+    path = tmp_path / "bench-bad.json"
+    path.write_text(json.dumps({**BenchConfig().to_dict(), **change}))
+    with pytest.raises(ConfigError, match=f"^{path}: (bench config )?{named}") as e:
+        BenchConfig.from_json(path)
+    assert "\n" not in str(e.value)
+
+
+def test_a_file_that_is_not_a_config_is_refused_by_name(tmp_path):
+    with pytest.raises(ConfigError, match="missing.json: no such bench config file"):
+        BenchConfig.from_json(tmp_path / "missing.json")
+    bad = tmp_path / "bench.json"
+    bad.write_text("{")
+    with pytest.raises(ConfigError, match="bench.json: not valid JSON"):
+        BenchConfig.from_json(bad)
+    bad.write_text("[1, 2]")
+    with pytest.raises(ConfigError, match="bench.json: expected a JSON object, not list"):
+        BenchConfig.from_json(bad)
+
+
+def test_from_env_names_the_variable_when_it_is_missing():
+    with pytest.raises(ConfigError, match=f"{BENCH_CONFIG_ENV} is not set"):
+        BenchConfig.from_env({})
+
+
+def test_require_names_a_missing_field():
+    assert BenchConfig(trace="/t").require("trace") == "/t"
+    with pytest.raises(ConfigError, match="field 'accel' is not set"):
+        BenchConfig().require("accel")
