@@ -24,6 +24,9 @@ def pytest_addoption(parser):
                           "(default 3, which the test suite and CI run)")
     parser.addoption("--stall", type=float, default=0.3,
                      help="probability of an idle or backpressure cycle on every stream")
+    parser.addoption("--bench-points", default=None, metavar="FILE",
+                     help="tb/accelerator/bench_points.py: the points to measure (python -m tb.bench "
+                          "writes it)")
 
 
 def pytest_generate_tests(metafunc):

@@ -230,8 +230,8 @@ class BenchConfig:
     seed : int
         Seed of the random idle cycles, backpressure and pauses (and of the primitives' operands).
     stall : float
-        Probability of an idle cycle on every input and of backpressure on every output (the board: of
-        an idle gap before each byte the host sends), in [0, 1].
+        Probability of an idle cycle on every input and of backpressure on every output (the step's
+        blocks: pauses on every memory channel too), in [0, 1].
     x_stall : float or None
         The accelerator's input ``x`` alone: probability of an idle cycle, in [0, 1]; ``None``: the
         same as ``stall``. Near 1 the rows arrive far slower than the engine computes.

@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -74,14 +73,16 @@ def run_points(points: list[tuple[float, Path]], groups: str, workers: str = "au
 
     out = Path(tempfile.mkdtemp(prefix="bench-", dir=REPO / "build"))
     try:
-        spec = {"points": [[tau, str(trace)] for tau, trace in points], "groups": groups, "out": str(out)}
+        from tb.accelerator.bench_points import point_file, write_spec
+        from tb.accelerator.runner import MODES
+
+        spec = write_spec(out / "points.json", points, groups, out)
         cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", workers,
-               "--dist", "worksteal", str(REPO / "tb" / "accelerator" / "bench_points.py")]
-        r = subprocess.run(cmd, cwd=REPO, env={**os.environ, "FASTCAR_BENCH": json.dumps(spec)})
+               "--dist", "worksteal", str(REPO / "tb" / "accelerator" / "bench_points.py"),
+               f"--bench-points={spec}"]
+        r = subprocess.run(cmd, cwd=REPO)
         if r.returncode:
             raise SystemExit(f"tb.bench: the RTL runs failed (pytest exit {r.returncode}); see above")
-        from tb.accelerator.bench_points import point_file
-        from tb.accelerator.runner import MODES
 
         reps = []
         for tau, _ in points:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import hashlib
 import os
 import shutil
@@ -235,31 +236,51 @@ def build(make_top, toplevel: str, build_dir: Path, sim: str, *, waves: bool = F
     return runner
 
 
+def bench_file(build_dir: Path, tag: str = "") -> Path:
+    """The configuration file of the run ``tag`` in ``build_dir`` (:func:`run_cocotb` writes it)."""
+    return Path(build_dir) / (f"bench-{tag}.json" if tag else "bench.json")
+
+
+@functools.cache
+def bench_config():
+    """This simulation's :class:`sw.config.BenchConfig`, read once from the file that the environment
+    variable ``BENCH_CONFIG`` names; what every cocotb testbench calls for its configuration."""
+    from sw.config import BenchConfig
+
+    return BenchConfig.from_env()
+
+
 def run_cocotb(make_top, *, toplevel: str, test_module: str, test_dir: Path, build_dir: Path, sim: str,
-               env: dict[str, str], results_name: str = "results.xml", testcase=None,
-               extra_sources=(), key=None, public: str = "all", fast: bool | None = None,
-               public_vars=()) -> int:
+               bench=None, tag: str = "", testcase=None, extra_sources=(), key=None, public: str = "all",
+               fast: bool | None = None, public_vars=()) -> int:
     """Build (cached), run the cocotb tests, and raise :class:`CocotbFailure` on any failure.
 
+    ``bench`` (a :class:`sw.config.BenchConfig`; default: every field at its default) is the
+    testbench's configuration: it is written to ``bench-<tag>.json`` in ``build_dir``
+    (:func:`bench_file`) and named in the simulator's environment variable ``BENCH_CONFIG``, where the
+    testbench reads it (:func:`bench_config`); the results go to ``results-<tag>.xml`` beside it.
     Set ``FASTCAR_WAVES=1`` to dump waveforms into ``build_dir``. ``extra_sources`` are further
     Verilog files (simulation models of vendor primitives); ``key``, ``public``, ``fast`` and
     ``public_vars`` as in :func:`build`.
     Returns the number of cocotb tests that ran.
     """
+    from sw.config import BENCH_CONFIG_ENV, BenchConfig
+
     waves = os.environ.get("FASTCAR_WAVES", "0") not in ("", "0")
     runner = build(make_top, toplevel, build_dir, sim, waves=waves, extra_sources=extra_sources,
                    key=key, public=public, fast=fast, public_vars=public_vars)
-    results = Path(build_dir) / results_name
+    results = Path(build_dir) / (f"results-{tag}.xml" if tag else "results.xml")
     if results.exists():
         results.unlink()
+    config = (BenchConfig() if bench is None else bench).to_json(bench_file(build_dir, tag))
     extra_env = {"PYTHONPATH": os.pathsep.join([str(REPO), str(test_dir),
                                                 os.environ.get("PYTHONPATH", "")]),
                  # cocotb rewrites the asserts of every module imported after it starts (pytest's
                  # hook, pattern "*.py" by default): Amaranth, numpy and the project, parsed again
                  # in every simulator process. Only the test module needs it.
                  "COCOTB_REWRITE_ASSERTION_FILES": os.environ.get("COCOTB_REWRITE_ASSERTION_FILES",
-                                                                  f"{test_module}.py")}
-    extra_env.update(env)
+                                                                  f"{test_module}.py"),
+                 BENCH_CONFIG_ENV: str(config)}
     try:
         runner.test(hdl_toplevel=toplevel, test_module=test_module, test_dir=test_dir,
                     build_dir=build_dir, extra_env=extra_env, results_xml=str(results),

@@ -47,12 +47,12 @@ def measure(variant: str, cycles: int, groups: str, repeat: int = 1) -> dict:
     from sw.config import DEFAULT_ACCEL as cfg
     from tb.accelerator.runner import run
 
-    raw = best([run(cfg, {"FASTCAR_CYCLES": str(cycles)}, "raw", testcase="raw_model", variant=variant)
+    raw = best([run(cfg, "raw", testcase="raw_model", variant=variant, cycles=cycles)
                 for _ in range(repeat)])
     out = {"raw": raw}
     for mode in ("dense", "drs"):
-        m = best([run(cfg, {"FASTCAR_TRACE": str(REPO / "golden" / "fastcar"), "FASTCAR_GROUPS": groups,
-                            "FASTCAR_MODES": mode}, f"speed-{mode}", variant=variant)["modes"][mode]
+        m = best([run(cfg, f"speed-{mode}", variant=variant, trace=REPO / "golden" / "fastcar", groups=groups,
+                      modes=(mode,))["modes"][mode]
                   for _ in range(repeat)])
         out[mode] = {k: m[k] for k in ("sim_cycles", "wall_s", "cpu_s", "rows_checked", "total_cycles",
                                        "config_cycles", "config_cpu_s")}

@@ -1,22 +1,24 @@
 """cocotb tests of the whole accelerator (through its AXI-Stream adapter) on a decode trace. Driven by
-``test_accelerator.py``; configuration in the environment:
+``test_accelerator.py`` (``tb/accelerator/runner.py``); configuration in one
+:class:`sw.config.BenchConfig` (:func:`tb.runner.bench_config`), these fields:
 
-``FASTCAR_ACCEL``    accelerator config as JSON (must match the Verilog that was built)
-``FASTCAR_TRACE``    decode trace directory
-``FASTCAR_GROUPS``   ``full``, ``first:N`` or ``first:N:F`` (every group whose in-frame position
-                     is < N, in frames < F: all layers, and self-contained because a position only
-                     ever replays its own earlier outputs)
-``FASTCAR_SEED``     seed of the idle/backpressure generators
-``FASTCAR_STALL``    probability of an idle cycle on the inputs and of backpressure on the output
-``FASTCAR_X_STALL``  probability of an idle cycle on ``x`` alone (default ``FASTCAR_STALL``): near 1,
-                     the rows arrive far slower than the engine computes, as over the board's UART
-``FASTCAR_MODES``    comma-separated runs, one after the other in this simulator: ``drs``, ``chunk_rr``
-                     (chunk round-robin), ``static``, ``dense`` (tau = +inf, no replay; DRS), or
-                     ``mixed`` (a seeded random schedule for every group, the control word written
-                     between groups). The first run sends every configuration word through the
-                     stream; the later ones only the control word (the weights and tables stay).
-``FASTCAR_REPORT``   JSON file to write the measured cycles into
-``FASTCAR_LOG_EVERY`` a progress line every N groups (default 256)
+``accel``      the accelerator (must match the Verilog that was built)
+``trace``      decode trace directory
+``groups``     ``full``, ``first:N`` or ``first:N:F`` (every group whose in-frame position is < N, in
+               frames < F: all layers, and self-contained because a position only ever replays its
+               own earlier outputs), or ``cover:N``
+``seed``       seed of the idle/backpressure generators
+``stall``      probability of an idle cycle on the inputs and of backpressure on the output
+``x_stall``    probability of an idle cycle on ``x`` alone (default: ``stall``): near 1, the rows
+               arrive far slower than the engine computes, as over the board's UART
+``modes``      the runs, one after the other in this simulator: ``drs``, ``chunk_rr`` (chunk
+               round-robin), ``static``, ``dense`` (tau = +inf, no replay; DRS), or ``mixed`` (a
+               seeded random schedule for every group, the control word written between groups).
+               The first run sends every configuration word through the stream; the later ones only
+               the control word (the weights and tables stay).
+``report``     JSON file to write the measured cycles into
+``log_every``  a progress line every N groups
+``resets``     ``reset_mid_frame``'s resets; ``cycles``: ``raw_model``'s cycles
 
 The testbench has no Python that runs on every clock cycle unless the run asks for random stalls
 (docs/verification.md, "Simulation speed"):
@@ -40,7 +42,6 @@ cores' passes up (:func:`x_gaps`), so that both finish a pass in the same cycle.
 
 import functools
 import json
-import os
 import time
 
 import cocotb
@@ -59,7 +60,7 @@ from sw.spec import quant
 from sw.trace.corners import REQUANT_CLASSES, group_rules
 from sw.trace.decode import load_decode_trace, select_groups
 from tb.cache import cached_array, cached_config_words
-from tb.runner import design_key
+from tb.runner import bench_config, design_key
 from tb.stalls import random_pauses
 
 CLOCK_NS = 10
@@ -67,8 +68,6 @@ CLOCK_NS = 10
 SCHEDULES = ("drs", "chunk_rr", "static")
 #: Share of the groups of a stall run with one long pause before a row (:func:`x_gaps`).
 ALIGN_P = 1 / 2
-#: Progress line every this many groups (``FASTCAR_LOG_EVERY``).
-LOG_EVERY = max(1, int(os.environ.get("FASTCAR_LOG_EVERY", "256")))
 
 
 class BeatDriver:
@@ -441,6 +440,7 @@ async def run_mode(dut, tr, cfg, groups, mode, seed, stall, log, *, reset=True, 
     ``tb``: bus models to reuse (one set per bus, so that only one sink drives ``tready``);
     ``configured``: the weights and tables are in from an earlier run, only the control word is sent;
     ``x_stall``: the idle probability on ``x`` when it differs from ``stall``."""
+    log_every = bench_config().log_every          # a progress line every this many groups
     tb = tb or TB(dut, cfg)
     tb.set_stalls(seed, stall, x_stall)
     if reset:
@@ -547,7 +547,7 @@ async def run_mode(dut, tr, cfg, groups, mode, seed, stall, log, *, reset=True, 
                                        + (f"; the group exercises {', '.join(requant)}" if requant else ""))
         rows_out += B
         out_done[n].set()
-        if n % LOG_EVERY == LOG_EVERY - 1:
+        if n % log_every == log_every - 1:
             log.info("%s: %d of %d groups bit-exact", mode, n + 1, len(groups))
     await feed
     await ClockCycles(dut.clk, 50)
@@ -594,11 +594,11 @@ async def reset_mid_frame(dut):
     overwrites (it always computes, and writes chain 0)."""
     import random
 
-    cfg = AccelConfig.from_dict(json.loads(os.environ["FASTCAR_ACCEL"]))
-    tr = load_decode_trace(os.environ["FASTCAR_TRACE"])
-    groups = select_groups(tr, os.environ.get("FASTCAR_GROUPS", "full"))
-    seed = int(os.environ.get("FASTCAR_SEED", "1"))
-    stall = float(os.environ.get("FASTCAR_STALL", "0"))
+    bench = bench_config()
+    cfg: AccelConfig = bench.require("accel")
+    tr = load_decode_trace(bench.require("trace"))
+    groups = select_groups(tr, bench.groups)
+    seed, stall = bench.seed, bench.stall
     rng = random.Random(seed)
     report = {"groups": groups, "stall": stall, "seed": seed, "resets": []}
     tb = TB(dut, cfg, backpressure=stall > 0)
@@ -606,7 +606,7 @@ async def reset_mid_frame(dut):
     words = cached_config_words(cfg, trace_layers(tr), refresh_every=guard.get("refresh_every"),
                                 max_chain=guard.get("max_chain"))
     frames = group_frames(cfg, tr, groups)
-    for attempt in range(int(os.environ.get("FASTCAR_RESETS", "3"))):
+    for attempt in range(bench.resets):
         tb.set_stalls(seed + attempt, stall)
         await tb.reset()
         await tb.configure(words)
@@ -627,38 +627,39 @@ async def reset_mid_frame(dut):
         cycles, counters = await run_mode(dut, tr, cfg, groups, "drs", seed + attempt, stall, dut._log,
                                           reset=False, tb=tb)
         report["resets"].append({"at_cycle": at, "groups_before": taken, "groups_after": len(cycles)})
-    if os.environ.get("FASTCAR_REPORT"):
-        with open(os.environ["FASTCAR_REPORT"], "w") as f:
+    if bench.report:
+        with open(bench.report, "w") as f:
             json.dump(report, f)
 
 
 @cocotb.test()
 async def raw_model(dut):
-    """The simulator alone: the clock and one long timer (``FASTCAR_CYCLES`` cycles), inputs idle and
+    """The simulator alone: the clock and one long timer (``cycles`` cycles), inputs idle and
     no Python in between; what ``python -m tb.simspeed`` compares the testbench with."""
     cocotb.start_soon(Clock(dut.clk, CLOCK_NS, unit="ns").start())
     dut.rst.value = 1
     await ClockCycles(dut.clk, 5)
     dut.rst.value = 0
-    n = int(os.environ.get("FASTCAR_CYCLES", "200000"))
+    bench = bench_config()
+    n = bench.cycles
     wall0, cpu0 = time.perf_counter(), time.process_time()
     await Timer(n * CLOCK_NS, unit="ns")
     report = {"sim_cycles": n, "wall_s": time.perf_counter() - wall0, "cpu_s": time.process_time() - cpu0}
-    with open(os.environ["FASTCAR_REPORT"], "w") as f:
+    with open(bench.require("report"), "w") as f:
         json.dump(report, f)
 
 
 @cocotb.test()
 async def run_trace(dut):
-    cfg = AccelConfig.from_dict(json.loads(os.environ["FASTCAR_ACCEL"]))
-    tr = load_decode_trace(os.environ["FASTCAR_TRACE"])
-    groups = select_groups(tr, os.environ.get("FASTCAR_GROUPS", "full"))
-    seed = int(os.environ.get("FASTCAR_SEED", "1"))
-    stall = float(os.environ.get("FASTCAR_STALL", "0"))
-    x_stall = float(os.environ.get("FASTCAR_X_STALL", str(stall)))
+    bench = bench_config()
+    cfg: AccelConfig = bench.require("accel")
+    tr = load_decode_trace(bench.require("trace"))
+    groups = select_groups(tr, bench.groups)
+    seed, stall = bench.seed, bench.stall
+    x_stall = stall if bench.x_stall is None else bench.x_stall
     report = {"groups": groups, "stall": stall, "x_stall": x_stall, "seed": seed, "modes": {}}
     tb = TB(dut, cfg, backpressure=stall > 0)
-    for k, mode in enumerate(os.environ.get("FASTCAR_MODES", "drs").split(",")):
+    for k, mode in enumerate(bench.modes):
         # One reset and the whole configuration for the first run; the later runs keep both.
         cycles, counters = await run_mode(dut, tr, cfg, groups, mode, seed, stall, dut._log, tb=tb,
                                           reset=(k == 0), configured=(k > 0), x_stall=x_stall)
@@ -666,6 +667,6 @@ async def run_trace(dut):
         dut._log.info("%s: %d groups, %d rows bit-exact, %d cycles (stall %.2f), %.0f simulated cycles/s",
                       mode, len(groups), counters["rows_replayed"] + counters["rows_computed"],
                       counters["total_cycles"], stall, counters["sim_cycles"] / counters["wall_s"])
-    if os.environ.get("FASTCAR_REPORT"):
-        with open(os.environ["FASTCAR_REPORT"], "w") as f:
+    if bench.report:
+        with open(bench.report, "w") as f:
             json.dump(report, f)

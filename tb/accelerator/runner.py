@@ -12,7 +12,7 @@ import numpy as np
 
 from hw.accel.accelerator import Accelerator
 from hw.lib.axis_adapter import AxisAdapter
-from sw.config import AccelConfig, trace_accel
+from sw.config import AccelConfig, BenchConfig, trace_accel
 from sw.perf.cycles import trace_cycles
 from sw.trace.decode import load_decode_trace
 from sw.trace.format import read_manifest
@@ -38,14 +38,19 @@ VARIANTS = {"": {"public": "ports"}, "-cocotb-default": {"public": "all", "fast"
             "-ports-only": {"public": "ports", "fast": False}}
 
 
-def run(cfg: AccelConfig, env: dict, tag: str, testcase="run_trace", variant: str = "",
-        sim: str = "verilator"):
+def run(cfg: AccelConfig, tag: str, testcase="run_trace", variant: str = "", sim: str = "verilator",
+        **fields) -> dict:
+    """The accelerator ``cfg`` (with its coverage counters) on ``sim``: the cocotb test ``testcase`` of
+    ``cocotb_accelerator.py``, configured by ``fields`` (:class:`sw.config.BenchConfig`'s: ``trace``,
+    ``groups``, ``seed``, ``stall``, ``x_stall``, ``modes``, ``resets``, ``cycles``, ``log_every``);
+    ``tag`` names the run's files in the build directory (``variant``: :data:`VARIANTS`). Returns the
+    run's report (what it measured)."""
     report = build_dir(cfg, variant, sim) / f"cycles-{tag}.json"
-    env = {"FASTCAR_ACCEL": json.dumps(cfg.to_dict()), "FASTCAR_REPORT": str(report), **env}
+    bench = BenchConfig(accel=cfg, report=report, **fields)
     opts = VARIANTS[variant] if sim == "verilator" else {}
     run_cocotb(lambda: AxisAdapter(Accelerator(cfg, coverage=True)), toplevel="accelerator_axis",
                test_module="cocotb_accelerator", test_dir=HERE, build_dir=build_dir(cfg, variant, sim),
-               sim=sim, env=env, results_name=f"results-{tag}.xml", testcase=testcase,
+               sim=sim, bench=bench, tag=tag, testcase=testcase,
                key={**cfg.to_dict(), "coverage": True}, **opts)
     return json.loads(report.read_text())
 

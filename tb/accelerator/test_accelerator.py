@@ -67,9 +67,8 @@ def test_trace_under_stalls(trace_dir, request, stall_seed, record_property):
     testbench's scoreboard counts rows in against rows out."""
     seed, stall = stall_seed, request.config.getoption("--stall")
     groups = stall_groups(groups_option(request))
-    rep = run(accel_of(trace_dir), {"FASTCAR_TRACE": str(trace_dir), "FASTCAR_GROUPS": groups,
-                              "FASTCAR_SEED": str(seed), "FASTCAR_STALL": str(stall),
-                              "FASTCAR_MODES": "mixed"}, f"stall-{seed}")
+    rep = run(accel_of(trace_dir), f"stall-{seed}", trace=trace_dir, groups=groups, seed=seed, stall=stall,
+              modes=("mixed",))
     record_property("fastcar_run", summary(trace_dir, groups, rep, "mixed", seed))
     m = rep["modes"]["mixed"]
     print(f"\n{len(rep['groups'])} groups bit-exact under stalls (p={stall}, seed {seed}): "
@@ -90,10 +89,8 @@ def test_trace_starved_input(trace_dir, request, record_property):
     must be reached), where the output's end-of-group logic must not end the group early.
     Bit-exact, rows in = rows out, on :data:`STARVED_GROUPS` with a random schedule per group."""
     seed, stall = request.config.getoption("--seed"), request.config.getoption("--stall")
-    rep = run(accel_of(trace_dir), {"FASTCAR_TRACE": str(trace_dir), "FASTCAR_GROUPS": STARVED_GROUPS,
-                                    "FASTCAR_SEED": str(seed), "FASTCAR_STALL": str(stall),
-                                    "FASTCAR_X_STALL": str(STARVED_P), "FASTCAR_MODES": "mixed"},
-              f"starved-{seed}")
+    rep = run(accel_of(trace_dir), f"starved-{seed}", trace=trace_dir, groups=STARVED_GROUPS, seed=seed,
+              stall=stall, x_stall=STARVED_P, modes=("mixed",))
     record_property("fastcar_run", summary(trace_dir, STARVED_GROUPS, rep, "mixed", seed))
     m = rep["modes"]["mixed"]
     drained = m["coverage"]["cov_drained_mid_group"]
@@ -108,10 +105,8 @@ def test_reset_mid_frame(trace_dir, request):
     """Three resets at random cycles while groups are in flight (under random idle and
     backpressure); after each the trace's first two positions of every frame and layer run
     bit-exact from frame 0 with a fresh configuration."""
-    rep = run(accel_of(trace_dir), {"FASTCAR_TRACE": str(trace_dir), "FASTCAR_GROUPS": "first:2",
-                              "FASTCAR_SEED": str(request.config.getoption("--seed")),
-                              "FASTCAR_STALL": str(request.config.getoption("--stall")),
-                              "FASTCAR_RESETS": "3"}, "reset", testcase="reset_mid_frame")
+    rep = run(accel_of(trace_dir), "reset", testcase="reset_mid_frame", trace=trace_dir, groups="first:2",
+              seed=request.config.getoption("--seed"), stall=request.config.getoption("--stall"), resets=3)
     assert len(rep["resets"]) == 3 and all(r["groups_after"] == len(rep["groups"]) for r in rep["resets"])
     print(f"\nresets at cycles {[r['at_cycle'] for r in rep['resets']]} "
           f"(groups finished before: {[r['groups_before'] for r in rep['resets']]}); bit-exact after each")
@@ -126,8 +121,7 @@ def test_trace_cycles(trace_dir, request, record_property):
     The session summary reports each mode on its own and compares them (DRS must beat static and
     dense)."""
     groups = groups_option(request)
-    rep = run(accel_of(trace_dir), {"FASTCAR_TRACE": str(trace_dir), "FASTCAR_GROUPS": groups,
-                              "FASTCAR_MODES": ",".join(MODES)}, "cycles")
+    rep = run(accel_of(trace_dir), "cycles", trace=trace_dir, groups=groups, modes=MODES)
     for mode in MODES:
         record_property("fastcar_run", summary(trace_dir, groups, rep, mode))
         m = rep["modes"][mode]
@@ -164,7 +158,7 @@ def test_planted_mismatches_are_caught(tmp_path, request):
         manifest["tensors"][what]["sha256"] = hashlib.sha256((bad / f"{what}.npy").read_bytes()).hexdigest()
         (bad / "manifest.json").write_text(json.dumps(manifest))
         with pytest.raises(CocotbFailure) as err:
-            run(DEFAULT_ACCEL, {"FASTCAR_TRACE": str(bad), "FASTCAR_GROUPS": "first:1"}, f"planted-{what}")
+            run(DEFAULT_ACCEL, f"planted-{what}", trace=bad, groups="first:1")
         msg = str(err.value)
         assert f"group {g} " in msg and "row" in msg, msg
         assert ("row 2, element 17" in msg if what == "y" else "row 1: replay bit" in msg), msg
@@ -189,8 +183,8 @@ def test_corner_trace(trace, sim, request, record_property):
     seed, stall = request.config.getoption("--seed"), request.config.getoption("--stall")
     trace_dir = CORNERS.parent / trace
     cfg = accel_of(trace_dir)
-    rep = run(cfg, {"FASTCAR_TRACE": str(trace_dir), "FASTCAR_GROUPS": "full", "FASTCAR_SEED": str(seed),
-                    "FASTCAR_STALL": str(stall), "FASTCAR_MODES": "mixed"}, f"{trace}-{sim}", sim=sim)
+    rep = run(cfg, f"{trace}-{sim}", sim=sim, trace=trace_dir, groups="full", seed=seed, stall=stall,
+              modes=("mixed",))
     m = rep["modes"]["mixed"]
     if sim == "verilator":
         record_property("fastcar_run", summary(trace_dir, "full", rep, "mixed", seed))
@@ -206,7 +200,7 @@ def test_golden_rule_changes_fail_the_rtl_comparison(name, tmp_path):
     RTL comparison fails, naming the group and the rule's class."""
     bad = write_mutated_corners(tmp_path / name, name)
     with pytest.raises(CocotbFailure) as err:
-        run(DEFAULT_ACCEL, {"FASTCAR_TRACE": str(bad), "FASTCAR_GROUPS": "full"}, f"golden-{name}")
+        run(DEFAULT_ACCEL, f"golden-{name}", trace=bad, groups="full")
     msg = str(err.value)
     assert "group " in msg and "the group exercises" in msg and MUTATIONS[name][2] in msg, msg
     print(f"\n{name}: {msg.splitlines()[1][:300]}")

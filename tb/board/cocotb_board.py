@@ -1,20 +1,14 @@
 """cocotb tests of the board core (UART receiver, command bridge, transmitter and accelerator) through
 its two UART pins, with cocotbext-uart bus models. The host side is the real host code
 (``hw.board.run``): it runs in a bridge thread and talks to the simulated board through
-:class:`SimSerial`, a pyserial-like port on the UART models. Driven by ``test_board.py``;
-configuration in the environment:
-
-``FASTCAR_ACCEL``    accelerator config as JSON (must match the Verilog that was built)
-``FASTCAR_CPB``      clock cycles per UART bit (must match the Verilog)
-``FASTCAR_TIMEOUT``  the bridge's timeout in cycles (must match the Verilog)
-``FASTCAR_TRACE``    decode trace directory
-``FASTCAR_GROUPS``   ``full`` or ``first:N``
-``FASTCAR_SEED``     seed of the idle generator
-``FASTCAR_STALL``    probability of an idle gap before each byte the host sends
+:class:`SimSerial`, a pyserial-like port on the UART models. Driven by ``test_board.py``; its
+configuration (:func:`tb.runner.bench_config`, a :class:`sw.config.BenchConfig`): ``accel``, ``cpb``
+and ``timeout`` (the accelerator, clock cycles per UART bit and the bridge's timeout in cycles: must
+match the Verilog that was built), ``trace`` (a decode trace directory), ``groups`` (``full`` or
+``first:N``) and ``seed`` (of the idle generator; ``trace_over_uart`` runs without and with idle
+gaps before the bytes the host sends).
 """
 
-import json
-import os
 import random
 
 import cocotb
@@ -29,6 +23,7 @@ from hw.board.run import BoardLink, run_trace, select_groups
 from hw.board.uart_bridge import RESPONSE, Status
 from sw.config import AccelConfig
 from sw.trace.decode import load_decode_trace
+from tb.runner import bench_config
 from tb.stalls import random_pauses
 
 CLOCK_NS = 10
@@ -132,9 +127,10 @@ class SimSerial:
         return self._recv(n, self.timeout_ns)
 
 
-def settings():
-    cfg = AccelConfig.from_dict(json.loads(os.environ["FASTCAR_ACCEL"]))
-    return cfg, int(os.environ["FASTCAR_CPB"]), int(os.environ["FASTCAR_TIMEOUT"])
+def settings() -> tuple[AccelConfig, int, int]:
+    """The build's accelerator, clock cycles per UART bit and timeout."""
+    bench = bench_config()
+    return bench.require("accel"), bench.require("cpb"), bench.require("timeout")
 
 
 @cocotb.test()
@@ -143,9 +139,10 @@ async def trace_over_uart(dut, stall):
     """The trace's groups through the UART, checked bit for bit by ``hw.board.run.run_trace``, with a
     scoreboard: rows in (host and design) against rows out, and against the RTL's counters."""
     cfg, cpb, timeout = settings()
-    tr = load_decode_trace(os.environ["FASTCAR_TRACE"])
-    groups = select_groups(tr, os.environ.get("FASTCAR_GROUPS", "full"))
-    tb = TB(dut, cpb, seed=int(os.environ.get("FASTCAR_SEED", "1")), stall=stall)
+    bench = bench_config()
+    tr = load_decode_trace(bench.require("trace"))
+    groups = select_groups(tr, bench.groups)
+    tb = TB(dut, cpb, seed=bench.seed, stall=stall)
     await tb.reset()
     link = BoardLink(SimSerial(tb, timeout_ns=4 * timeout * CLOCK_NS))
     result = await bridge(run_trace)(link, tr, groups)

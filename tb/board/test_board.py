@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from hw.board.core import BoardCore
+from sw.config import BenchConfig
 from tb.board.small_trace import SMALL_ACCEL, write_small_trace
 from tb.runner import BUILD, CocotbFailure, run_cocotb
 
@@ -21,15 +22,15 @@ CPB = 8
 TIMEOUT = 4000
 
 
-def run(env: dict, tag: str, testcase=None, cfg=SMALL_ACCEL):
+def run(tag: str, testcase=None, cfg=SMALL_ACCEL, **fields):
+    """The board core's cocotb tests ``testcase`` on Verilator; ``fields``: further
+    :class:`sw.config.BenchConfig` fields (the trace)."""
     key = hashlib.sha1(json.dumps([cfg.to_dict(), CPB, TIMEOUT], sort_keys=True).encode()).hexdigest()[:8]
-    env = {"FASTCAR_ACCEL": json.dumps(cfg.to_dict()), "FASTCAR_CPB": str(CPB),
-           "FASTCAR_TIMEOUT": str(TIMEOUT), **env}
+    bench = BenchConfig(accel=cfg, cpb=CPB, timeout=TIMEOUT, **fields)
     return run_cocotb(lambda: BoardCore(cfg, CPB, timeout=TIMEOUT, hold_bits=4), toplevel="board_core",
                       test_module="cocotb_board", test_dir=HERE,
-                      build_dir=BUILD / "board" / f"verilator-{key}", sim="verilator", env=env,
-                      results_name=f"results-{tag}.xml", testcase=testcase,
-                      key=[cfg.to_dict(), CPB, TIMEOUT])
+                      build_dir=BUILD / "board" / f"verilator-{key}", sim="verilator", bench=bench,
+                      tag=tag, testcase=testcase, key=[cfg.to_dict(), CPB, TIMEOUT])
 
 
 @pytest.fixture(scope="module")
@@ -41,12 +42,12 @@ def test_trace_over_uart(small_trace):
     """Every group of the small trace over the UART, with and without idle gaps from the host:
     every output byte and replay bit, and rows in against rows out."""
     names = ["trace_over_uart/stall=0.0", "trace_over_uart/stall=0.3"]
-    assert run({"FASTCAR_TRACE": str(small_trace)}, "trace", testcase=names) == 2
+    assert run("trace", testcase=names, trace=small_trace) == 2
 
 
 def test_protocol_errors():
     """An unknown opcode and abandoned commands are reported, and the board recovers."""
-    assert run({}, "protocol", testcase=["protocol_errors", "info_reports_abandoned_command"]) == 2
+    assert run("protocol", testcase=["protocol_errors", "info_reports_abandoned_command"]) == 2
 
 
 def test_planted_mismatch_is_caught(small_trace, tmp_path):
@@ -61,7 +62,7 @@ def test_planted_mismatch_is_caught(small_trace, tmp_path):
     manifest["tensors"]["y"]["sha256"] = hashlib.sha256((bad / "y.npy").read_bytes()).hexdigest()
     (bad / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(CocotbFailure) as err:
-        run({"FASTCAR_TRACE": str(bad)}, "planted", testcase=["trace_over_uart/stall=0.0"])
+        run("planted", testcase=["trace_over_uart/stall=0.0"], trace=bad)
     layer, frame, index = (int(np.load(bad / f"group_{k}.npy")[g]) for k in ("layer", "frame", "index"))
     want = f"group {g} (layer {layer}, frame {frame}, position {index}), row 1, element 5"
     assert want in str(err.value), str(err.value)

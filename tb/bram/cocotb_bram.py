@@ -5,7 +5,6 @@ The DP16KD simulation model is ``DP16KD.v`` here: Yosys's ``cells_sim.v`` only d
 a black box, with no behaviour to simulate.
 """
 
-import os
 import random
 
 import cocotb
@@ -13,6 +12,7 @@ from cocotb.clock import Clock
 from cocotb.triggers import FallingEdge
 
 from hw.lib.bram import BramReference
+from tb.runner import bench_config
 
 
 def init_words(width: int, depth: int) -> list[int]:
@@ -76,8 +76,8 @@ async def check_pair(dut, prefix: str, width: int, depth: int, seed: int, n: int
 @cocotb.test()
 async def model_equals_primitive(dut):
     """Every pair: model and DP16KD equal on every cycle, and equal to the reference (latency 2)."""
-    configs = [tuple(int(v) for v in c.split("x")) for c in os.environ["BRAM_CONFIGS"].split(",")]
-    seed = int(os.environ.get("FASTCAR_SEED", "1"))
+    bench = bench_config()
+    configs, seed = bench.bram, bench.seed
     for i in range(len(configs)):
         for name in ("w_en", "w_addr", "w_data", "r_en", "r_addr", "r_ce_out"):
             getattr(dut, f"c{i}_{name}").value = 0

@@ -2,7 +2,6 @@
 OUTREG on both) against its model, cycle by cycle, and both against :class:`hw.lib.bram.BramTdpReference`.
 The DP16KD simulation model is ``DP16KD.v`` here."""
 
-import os
 import random
 
 import cocotb
@@ -11,6 +10,7 @@ from cocotb.triggers import FallingEdge
 
 from hw.lib.bram import BramTdpReference
 from tb.bram.cocotb_bram import init_words
+from tb.runner import bench_config
 
 PORTS = ("a_we", "a_addr", "a_wdata", "b_addr")
 #: Idle cycles first, not checked: the ports have no enables, so a rising edge at time 0 (which
@@ -76,8 +76,8 @@ async def check_pair(dut, prefix: str, width: int, depth: int, seed: int, n: int
 @cocotb.test()
 async def tdp_model_equals_primitive(dut):
     """Every pair: model and DP16KD equal on both ports on every cycle, and equal to the reference."""
-    configs = [tuple(int(v) for v in c.split("x")) for c in os.environ["BRAM_CONFIGS"].split(",")]
-    seed = int(os.environ.get("FASTCAR_SEED", "1"))
+    bench = bench_config()
+    configs, seed = bench.bram, bench.seed
     for i in range(len(configs)):
         for name in PORTS:
             getattr(dut, f"c{i}_{name}").value = 0

@@ -9,6 +9,7 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In
 
 from hw.lib.bram import BramPair, BramTdpPair
+from sw.config import BenchConfig
 from tb.bram.cocotb_bram import init_words
 from tb.runner import BUILD, available_simulators, run_cocotb
 
@@ -47,7 +48,7 @@ class BramPairs(wiring.Component):
 def test_primitive_equals_model(sim):
     assert run_cocotb(lambda: BramPairs(CONFIGS), toplevel="bram_pairs", test_module="cocotb_bram",
                       test_dir=HERE, build_dir=BUILD / "bram" / sim, sim=sim,
-                      env={"BRAM_CONFIGS": ",".join(f"{w}x{d}" for w, d in CONFIGS)},
+                      bench=BenchConfig(bram=CONFIGS),
                       extra_sources=[HERE / "DP16KD.v"], key=("bram_pairs", CONFIGS),
                       public="ports") == 1
 
@@ -57,6 +58,6 @@ def test_tdp_primitive_equals_model(sim):
     assert run_cocotb(lambda: BramPairs(TDP_CONFIGS, BramTdpPair), toplevel="bram_tdp_pairs",
                       test_module="cocotb_bram_tdp", test_dir=HERE, build_dir=BUILD / "bram_tdp" / sim,
                       sim=sim,
-                      env={"BRAM_CONFIGS": ",".join(f"{w}x{d}" for w, d in TDP_CONFIGS)},
+                      bench=BenchConfig(bram=TDP_CONFIGS),
                       extra_sources=[HERE / "DP16KD.v"], key=("bram_tdp_pairs", TDP_CONFIGS),
                       public="ports") == 1

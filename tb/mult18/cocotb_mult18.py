@@ -1,11 +1,12 @@
 """cocotb: the hand-instantiated MULT18X18D against the behavioural model, cycle by cycle."""
 
-import os
 import random
 
 import cocotb
 from cocotb.clock import Clock
 from cocotb.triggers import FallingEdge
+
+from tb.runner import bench_config
 
 WIDTH = 18
 LO, HI = -(1 << (WIDTH - 1)), (1 << (WIDTH - 1)) - 1
@@ -22,7 +23,7 @@ def operands(seed, n):
 @cocotb.test()
 async def model_equals_primitive(dut):
     """Both outputs equal, and equal to a * b two cycles after the operands were presented."""
-    seed = int(os.environ.get("FASTCAR_SEED", "1"))
+    seed = bench_config().seed
     dut.rst.value = 0
     dut.a.value = 0
     dut.b.value = 0

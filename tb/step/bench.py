@@ -1,8 +1,7 @@
 """What the step's cocotb testbenches share (payloads are packed by :mod:`hw.lib.payload`): a bench
-of clock, reset and cocotbext-axi models on a block's ``s_axis_i`` and ``m_axis_o`` with the
-environment's idle and backpressure (``FASTCAR_STALL``, ``FASTCAR_SEED``)."""
-
-import os
+of clock, reset and cocotbext-axi models on a block's ``s_axis_i`` and ``m_axis_o`` with the run's
+idle and backpressure (its :class:`sw.config.BenchConfig`'s ``stall`` and ``seed``:
+:func:`tb.runner.bench_config`)."""
 
 import cocotb
 import numpy as np
@@ -10,6 +9,7 @@ from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles, RisingEdge
 from cocotbext.axi import AxiStreamBus, AxiStreamSink, AxiStreamSource
 
+from tb.runner import bench_config
 from tb.stalls import random_pauses
 
 CLOCK_NS = 10
@@ -20,14 +20,15 @@ def plant_index(spec):
     return tuple(int(i) for i in spec.split(":"))
 
 
-def stall_settings():
-    """``(p, seed)`` of the environment's idle and backpressure."""
-    return float(os.environ.get("FASTCAR_STALL", "0")), int(os.environ.get("FASTCAR_SEED", "1"))
+def stall_settings() -> tuple[float, int]:
+    """``(p, seed)`` of the run's idle and backpressure."""
+    bench = bench_config()
+    return bench.stall, bench.seed
 
 
 def stream_model(cls, dut, prefix, stall_seed=None):
     """A cocotbext-axi source or sink on ``prefix``, one list element per beat, quiet, with the
-    environment's pauses when ``stall_seed`` is given."""
+    run's pauses when ``stall_seed`` is given."""
     bus = AxiStreamBus.from_prefix(dut, prefix)
     model = cls(bus, dut.clk, dut.rst, byte_size=len(bus.tdata))
     model.log.setLevel("WARNING")

@@ -31,6 +31,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
@@ -68,13 +69,24 @@ def system_model_terms(manifest, replay, steps, sdram: float, mv=(8, 8)):
             "step_cycles": c["step_cycles"]}
 
 
-def plan(steps: int, late, late_steps: int) -> list[dict]:
+class CalRun(NamedTuple):
+    """One simulation of the calibration."""
+
+    #: What the report calls it: the mode, and ``@A`` for a run from step ``A``.
+    name: str
+    #: The trace's mode (``tb/step/modes.py``).
+    mode: str
+    #: Its steps, the whole step's ``steps`` (``first:N`` or ``from:A:N``).
+    spec: str
+
+
+def plan(steps: int, late, late_steps: int) -> list[CalRun]:
     """The runs: each mode's first ``steps`` steps, and ``late_steps`` from each step of ``late`` in
     the modes without FastCar (a run from a later step cannot replay rows it did not compute)."""
     from tb.step.modes import STEP_MODES
 
-    runs = [{"name": mode, "mode": mode, "spec": f"first:{steps}"} for mode in STEP_MODES]
-    runs += [{"name": f"{mode}@{a}", "mode": mode, "spec": f"from:{a}:{late_steps}"}
+    runs = [CalRun(mode, mode, f"first:{steps}") for mode in STEP_MODES]
+    runs += [CalRun(f"{mode}@{a}", mode, f"from:{a}:{late_steps}")
              for mode in ("dense", "sparse") for a in late]
     return runs
 
@@ -86,20 +98,20 @@ def _spec_steps(spec: str) -> list[int]:
     return list(range(int(arg[0]), int(arg[0]) + int(arg[1])))
 
 
-def _simulate(share, variant: str, sdram: float, tmp: Path) -> dict:
+def _simulate(share: list[CalRun], variant: str, sdram: float, tmp: Path) -> dict:
     """Run ``share`` one after another on the build ``variant``; their wall times in seconds."""
     from tb.step.runner import run_decode_step
 
     seconds = {}
     for r in share:
         t0 = time.monotonic()
-        run_decode_step(trace_dir(r["mode"]), "verilator", "calibrate-" + r["name"].replace("+", "_").replace(
-            "@", "-"), taps=False, variant=variant, FASTCAR_STEPS=r["spec"], FASTCAR_SDRAM=str(sdram),
-            FASTCAR_OUT=str(tmp / f"{r['name']}.json"))
-        seconds[r["name"]] = time.monotonic() - t0
-        rtl = json.loads((tmp / f"{r['name']}.json").read_text())
-        print(f"{r['name']}: steps {rtl['steps'][0]}-{rtl['steps'][-1]}, {sum(rtl['cycles']):,} cycles, "
-              f"{seconds[r['name']]:.0f} s", file=sys.stderr)
+        tag = "calibrate-" + r.name.replace("+", "_").replace("@", "-")
+        run_decode_step(trace_dir(r.mode), "verilator", tag, taps=False, variant=variant, steps=r.spec,
+                        sdram=sdram, out=tmp / f"{r.name}.json")
+        seconds[r.name] = time.monotonic() - t0
+        rtl = json.loads((tmp / f"{r.name}.json").read_text())
+        print(f"{r.name}: steps {rtl['steps'][0]}-{rtl['steps'][-1]}, {sum(rtl['cycles']):,} cycles, "
+              f"{seconds[r.name]:.0f} s", file=sys.stderr)
     return seconds
 
 
@@ -123,10 +135,10 @@ def run(out: Path, *, steps: int, sdram: float, fit_modes, force: bool, jobs: in
 
     todo = plan(steps, late, late_steps)
     with atomic_dir(out, force=force) as tmp:
-        kept = [r for r in todo if reuse and _reusable(out / f"{r['name']}.json", r["spec"], sdram)]
+        kept = [r for r in todo if reuse and _reusable(out / f"{r.name}.json", r.spec, sdram)]
         for r in kept:
-            shutil.copy(out / f"{r['name']}.json", tmp / f"{r['name']}.json")
-            print(f"{r['name']}: reused from {out}", file=sys.stderr)
+            shutil.copy(out / f"{r.name}.json", tmp / f"{r.name}.json")
+            print(f"{r.name}: reused from {out}", file=sys.stderr)
         for mode, flags in STEP_MODES.items():
             if (not (trace_dir(mode) / "manifest.json").exists() or not reuse) and \
                     export_main(["--full-step", "--out", str(trace_dir(mode)), "--force", *flags]):
@@ -141,10 +153,10 @@ def run(out: Path, *, steps: int, sdram: float, fit_modes, force: bool, jobs: in
         traces = {mode: load_full_step(trace_dir(mode), verify=False) for mode in STEP_MODES}
         runs = {}
         for r in todo:
-            tr = traces[r["mode"]]
-            rtl = json.loads((tmp / f"{r['name']}.json").read_text())
-            runs[r["name"]] = {**r, "rtl": rtl, "manifest": tr.manifest, "replay": tr.t["replay"],
-                               "seconds": seconds.get(r["name"])}
+            tr = traces[r.mode]
+            rtl = json.loads((tmp / f"{r.name}.json").read_text())
+            runs[r.name] = {**r._asdict(), "rtl": rtl, "manifest": tr.manifest, "replay": tr.t["replay"],
+                            "seconds": seconds.get(r.name)}
         if video:
             rep = json.loads((video / "report.json").read_text())
             if rep.get("sdram_bytes_per_cycle") != sdram:

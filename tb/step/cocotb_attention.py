@@ -7,7 +7,8 @@ mask: causal, or sinks + window); ``qk_score`` must give ``q . k_j`` with ``v_j`
 row's ``tas`` and ``replay`` (from the scores of the position one frame earlier, marked on its beats
 from the second frame on when the trace was made with FastCar).
 
-Environment as ``cocotb_softmax`` (``FASTCAR_STEPS``), and ``FASTCAR_PLANT`` = ``S:L:B:H:J`` for
+Configuration (the run's :class:`sw.config.BenchConfig`) as ``cocotb_softmax`` (``steps``), with
+``block`` (``qk_score`` or ``attention_head``: the build), and ``plant`` = ``S:L:B:H:J`` for
 ``qk_score`` (the score of the J-th attended position changed) or ``S:L:B:E`` for ``attention_head``
 (one element of ``attn``) or ``tas:S:L:B`` (a row's TAS). Bus models: cocotbext-axi
 ``AxiStreamSource`` on ``s_axis_i`` (one frame per head), ``AxiStreamSink`` on ``m_axis_o`` and on
@@ -15,7 +16,6 @@ Environment as ``cocotb_softmax`` (``FASTCAR_STEPS``), and ``FASTCAR_PLANT`` = `
 against out.
 """
 
-import os
 
 import cocotb
 import numpy as np
@@ -29,18 +29,20 @@ from hw.step.softmax_av import softmax_out_layout
 from hw.step.tas_tap import decision_layout
 from sw.model.fastcar import SparseConfig, attention_mask
 from sw.trace.full_step import load_full_step
+from tb.runner import bench_config
 from tb.step.bench import Bench, plant_index, stream_model
 from tb.step.cocotb_softmax import selected_steps
 
 
 async def run(dut, block):
-    tr = load_full_step(os.environ["FASTCAR_TRACE"], verify=False)
+    config = bench_config()
+    tr = load_full_step(config.require("trace"), verify=False)
     m, t = tr.manifest, tr.t
     S, L, B, H, dh = (m["dims"][k] for k in ("steps", "layers", "batch", "n_heads", "head_dim"))
     sp = m["decode"]["sparse"]
     sparse = SparseConfig(**sp) if sp else None
-    plant = os.environ.get("FASTCAR_PLANT", "")
-    steps = selected_steps(S, os.environ.get("FASTCAR_STEPS", "all"))
+    plant = config.plant
+    steps = selected_steps(S, config.steps)
     attn = t["attn"].astype(np.int64).copy()
     tas = t["tas"].astype(np.int64).copy()
     if plant and block == "attention_head":
@@ -132,4 +134,4 @@ async def run(dut, block):
 
 @cocotb.test()
 async def attention_trace(dut):
-    await run(dut, os.environ["FASTCAR_BLOCK"])
+    await run(dut, bench_config().require("block"))

@@ -3,8 +3,9 @@ AXI-Stream adapter) against a full-step trace: from the residual rows into each 
 layer's weights and constants, the position's RoPE tables and the keys and values of the earlier
 positions the golden model attended (its own mask: causal, or sinks + window), every row after
 attention (``r_mid``), every decision (``tas``, ``replay``) and the new position's keys and values
-(``k``, ``v``). Environment as ``cocotb_qkv`` (``FASTCAR_STEPS``, ``FASTCAR_MV``), and
-``FASTCAR_PLANT`` = ``S:L:B:E`` (one element of ``r_mid`` changed).
+(``k``, ``v``). Configuration (the run's :class:`sw.config.BenchConfig`) as ``cocotb_qkv`` (``steps``,
+``mv``), with ``max_positions`` (the build's KV cache) and ``plant`` = ``S:L:B:E`` (one element of
+``r_mid`` changed).
 
 Bus models: cocotbext-axi ``AxiStreamSource`` on ``s_axis_i``, ``s_axis_w``, ``s_axis_wo``,
 ``s_axis_grp`` and ``s_axis_kv`` (the history, a frame per row), ``AxiStreamSink`` on ``m_axis_o``,
@@ -12,7 +13,6 @@ Bus models: cocotbext-axi ``AxiStreamSource`` on ``s_axis_i``, ``s_axis_w``, ``s
 counts rows in against rows, decisions and heads out.
 """
 
-import os
 
 import cocotb
 import numpy as np
@@ -29,6 +29,7 @@ from hw.step.row_runs import weight_layout
 from hw.step.tas_tap import decision_layout
 from sw.model.fastcar import SparseConfig, attention_mask
 from sw.trace.full_step import load_full_step
+from tb.runner import bench_config
 from tb.step.bench import CLOCK_NS, Bench, plant_index, stream_model, weight_frames
 from tb.step.cocotb_softmax import selected_steps
 
@@ -105,13 +106,14 @@ class LayerFeed:
 
 @cocotb.test()
 async def layer_trace(dut):
-    tr = load_full_step(os.environ["FASTCAR_TRACE"], verify=False)
+    config = bench_config()
+    tr = load_full_step(config.require("trace"), verify=False)
     m, t = tr.manifest, tr.t
     S, L, B, d, H, dh = (m["dims"][k] for k in ("steps", "layers", "batch", "d_model", "n_heads", "head_dim"))
-    ni, no = (int(x) for x in os.environ["FASTCAR_MV"].split(":"))
-    steps = selected_steps(S, os.environ.get("FASTCAR_STEPS", "all"))
+    ni, no = config.require("mv")
+    steps = selected_steps(S, config.steps)
     r_mid = t["r_mid"].astype(np.int64).copy()
-    plant = os.environ.get("FASTCAR_PLANT", "")
+    plant = config.plant
     if plant:
         r_mid[plant_index(plant)] += 1
 
@@ -119,7 +121,7 @@ async def layer_trace(dut):
     dut.eps.value = int(m["eps"])
     await tb.reset()
     f_kv, f_r, f_d = fields(kv_layout(dh)), fields(residual_out_layout()), fields(decision_layout())
-    P = int(os.environ["FASTCAR_MAX_POSITIONS"])
+    P = config.require("max_positions")
     k_, v_ = (t[n].astype(np.int64) for n in ("k", "v"))
 
     feed_layer = LayerFeed(t, m, tb, ni, no, P)

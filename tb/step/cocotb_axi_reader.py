@@ -3,12 +3,12 @@ cocotbext-axi's ``AxiRamRead``: random regions (1 to 300 words, some across 4 KB
 of one word) read from a memory of random bytes; each region's words must come out in order with
 ``tlast`` on its last. A monitor checks every burst request: incrementing, full-width, at most
 ``max_burst`` words, never across a 4 KB boundary. Pauses on the memory's AR and R channels (the
-SDRAM's bandwidth) and on the output (``FASTCAR_STALL``, ``FASTCAR_SEED``).
+SDRAM's bandwidth) and on the output (the run's :class:`sw.config.BenchConfig`: ``stall``, ``seed``;
+``burst`` and ``count_bits``: the build's).
 
-``FASTCAR_PLANT`` = ``N``: the expected word N of the first region changed (the check must fail).
+``plant`` = ``N``: the expected word N of the first region changed (the check must fail).
 """
 
-import os
 import random
 
 import cocotb
@@ -18,6 +18,7 @@ from cocotbext.axi import AxiRamRead, AxiReadBus, AxiStreamFrame
 from hw.lib.axi import BOUNDARY_BYTES
 from hw.lib.axi_reader import read_command_layout
 from hw.lib.payload import fields, pack_fields
+from tb.runner import bench_config
 from tb.stalls import random_pauses
 from tb.step.bench import Bench, burst_monitor, stall_settings
 
@@ -28,7 +29,8 @@ MEM_BYTES = 1 << 16
 async def reader_regions(dut):
     aw, dw = len(dut.m_axi_araddr), len(dut.m_axi_rdata)
     nb = dw // 8
-    max_burst, count_bits = int(os.environ["FASTCAR_BURST"]), int(os.environ["FASTCAR_COUNT_BITS"])
+    config = bench_config()
+    max_burst, count_bits = config.require("burst"), config.require("count_bits")
     p, seed = stall_settings()
     rng = random.Random(seed)
 
@@ -55,7 +57,7 @@ async def reader_regions(dut):
     for addr, words in regions:
         await bench.src.send(AxiStreamFrame([pack_fields(f_cmd, addr=addr, words=words)]))
 
-    plant = os.environ.get("FASTCAR_PLANT", "")
+    plant = config.plant
     for k, (addr, words) in enumerate(regions):
         frame = await bench.sink.recv()
         got = [int(w) & ((1 << dw) - 1) for w in frame.tdata]

@@ -3,12 +3,12 @@ cocotbext-axi's ``AxiRamWrite``: random regions (1 to 300 words, some across 4 K
 overlapping) written with random words; once every region is reported, the memory must hold exactly
 those words and nothing else must have changed. A monitor checks every burst: incrementing,
 full-width, at most ``max_burst`` words, never across a 4 KB boundary. Pauses on the memory's AW,
-W and B channels and on the inputs and the report output (``FASTCAR_STALL``, ``FASTCAR_SEED``).
+W and B channels and on the inputs and the report output (the run's :class:`sw.config.BenchConfig`:
+``stall``, ``seed``; ``burst`` and ``count_bits``: the build's).
 
-``FASTCAR_PLANT`` = ``N``: the expected word N of the first region changed (the check must fail).
+``plant`` = ``N``: the expected word N of the first region changed (the check must fail).
 """
 
-import os
 import random
 
 import cocotb
@@ -19,6 +19,7 @@ from cocotbext.axi import AxiRamWrite, AxiStreamFrame, AxiStreamSink, AxiStreamS
 from hw.lib.axi import BOUNDARY_BYTES
 from hw.lib.axi_reader import read_command_layout
 from hw.lib.payload import fields, pack_fields
+from tb.runner import bench_config
 from tb.stalls import random_pauses
 from tb.step.bench import CLOCK_NS, Bench, burst_monitor, stall_settings, stream_model
 
@@ -40,7 +41,8 @@ class TB:
 async def writer_regions(dut):
     aw, dw = len(dut.m_axi_awaddr), len(dut.m_axi_wdata)
     nb = dw // 8
-    max_burst, count_bits = int(os.environ["FASTCAR_BURST"]), int(os.environ["FASTCAR_COUNT_BITS"])
+    config = bench_config()
+    max_burst, count_bits = config.require("burst"), config.require("count_bits")
     p, seed = stall_settings()
     rng = random.Random(seed)
 
@@ -85,7 +87,7 @@ async def writer_regions(dut):
     for (addr, _), ws in zip(regions, data, strict=True):
         for j, v in enumerate(ws):
             want[addr + j * nb: addr + (j + 1) * nb] = v.to_bytes(nb, "little")
-    plant = os.environ.get("FASTCAR_PLANT", "")
+    plant = config.plant
     if plant:
         a0 = regions[0][0] + int(plant) * nb
         want[a0] ^= 1

@@ -7,20 +7,18 @@ checked: every row out of every layer (``r_out``), every decision, every guided 
 token drawn, and at the end every key and value the RTL wrote to memory. The steps run in order, from
 the first or from a later one.
 
-Environment: ``FASTCAR_TRACE``, ``FASTCAR_ACCEL`` (the accelerator's config, JSON),
-``FASTCAR_STEPS`` (``all``, ``first:N`` or ``from:A:N``: see :func:`step_range`), ``FASTCAR_STALL``
-and ``FASTCAR_SEED`` (idle cycles on the inputs, backpressure on the rows out, pauses on every
-channel of the memory),
-``FASTCAR_TAPS`` (``1``: the build has the ``r`` and ``z`` taps, checked), ``FASTCAR_VIDEO``
-(``1``: each image step's tokens are the ones the RTL drew after the step before, fed back on chip;
-the trace's are only compared with them), ``FASTCAR_PLANT`` = ``r_out:S:L:B:E`` or ``token:K:P``
-(one expected value changed; the check must fail) or ``preload`` (the replay cache preloaded with
-every entry one step too early), ``FASTCAR_SDRAM`` (bytes a cycle the memory
-moves on its R and W channels, the SDRAM's bandwidth; default: a beat a cycle), ``FASTCAR_OUT`` (a
-JSON file: the tokens drawn, each step's cycles and the bytes it read and wrote, the weights' reads
-among them), ``FASTCAR_PRELOAD`` (``1``: a run from a later step starts with the replay cache a run
-from step 0 would have, written from the trace through the build's public memories; FastCar's modes
-can then start anywhere).
+Configuration (the run's :class:`sw.config.BenchConfig`, :func:`tb.runner.bench_config`): ``trace``,
+``accel`` (the accelerator's config), ``steps`` (``all``, ``first:N`` or ``from:A:N``: see
+:func:`step_range`), ``stall`` and ``seed`` (idle cycles on the inputs, backpressure on the rows out,
+pauses on every channel of the memory), ``taps`` (the build has the ``r`` and ``z`` taps, checked),
+``video`` (each image step's tokens are the ones the RTL drew after the step before, fed back on
+chip; the trace's are only compared with them), ``plant`` = ``r_out:S:L:B:E`` or ``token:K:P`` (one
+expected value changed; the check must fail) or ``preload`` (the replay cache preloaded with every
+entry one step too early), ``sdram`` (bytes a cycle the memory moves on its R and W channels, the
+SDRAM's bandwidth; 0: a beat a cycle), ``out`` (a JSON file: the tokens drawn, each step's cycles
+and the bytes it read and wrote, the weights' reads among them), ``preload`` (a run from a later
+step starts with the replay cache a run from step 0 would have, written from the trace through the
+build's public memories; FastCar's modes can then start anywhere).
 
 Bus models: cocotbext-axi ``AxiStreamSource`` on every input stream, ``AxiStreamSink`` on every
 output, ``AxiRam`` on ``rd_*`` and ``wr_*``, and a monitor on each address channel that checks and
@@ -29,7 +27,6 @@ counts every burst. The scoreboard counts steps in against rows, decisions and t
 
 import itertools
 import json
-import os
 
 import cocotb
 import numpy as np
@@ -60,6 +57,7 @@ from sw.config import AccelConfig
 from sw.perf.rtl_step import sdram_beat_every
 from sw.spec import quant
 from sw.trace.full_step import load_full_step
+from tb.runner import bench_config
 from tb.stalls import random_pauses
 from tb.step.bench import CLOCK_NS, Bench, stall_settings, stream_model, tap_bursts
 from tb.step.cocotb_step_mlp import position, step_layers
@@ -109,11 +107,11 @@ def kv_address(kv_base, dims, dw, li, b, h, p):
 
 def step_range(spec: str, S: int, video: bool, replay, start: int, N: int,
                preload: bool = False) -> list[int]:
-    """The steps ``FASTCAR_STEPS`` names: ``all``, ``first:N`` or ``from:A:N`` (``N`` steps from step
-    ``A``, the keys and values of the positions before ``A`` written into the memory from the trace
-    first). A run from ``A`` cannot replay a row whose cached output the run did not compute (the
-    replay cache is on chip) unless ``preload`` (the cache written from the trace first: see
-    :func:`replay_cache_preload`), nor feed back a token drawn before it."""
+    """The steps ``spec`` (the config's ``steps``) names: ``all``, ``first:N`` or ``from:A:N`` (``N``
+    steps from step ``A``, the keys and values of the positions before ``A`` written into the memory
+    from the trace first). A run from ``A`` cannot replay a row whose cached output the run did not
+    compute (the replay cache is on chip) unless ``preload`` (the cache written from the trace first:
+    see :func:`replay_cache_preload`), nor feed back a token drawn before it."""
     kind, *arg = spec.split(":")
     try:
         if kind == "all" and not arg:
@@ -126,16 +124,17 @@ def step_range(spec: str, S: int, video: bool, replay, start: int, N: int,
                 raise ValueError
             steps = list(range(a, min(S, a + n)))
             if a and video:
-                raise AssertionError(f"FASTCAR_STEPS={spec}: a video runs from step 0")
+                raise AssertionError(f"steps {spec}: a video runs from step 0")
             late = [s for s in steps if replay[s].any() and s - N < a]
             if a and late and not preload:
-                raise AssertionError(f"FASTCAR_STEPS={spec}: step {late[0]} replays the output of step "
+                raise AssertionError(f"steps {spec}: step {late[0]} replays the output of step "
                                      f"{late[0] - N}, before the run's first (a mode without FastCar, a "
-                                     f"run that starts a frame earlier, or FASTCAR_PRELOAD=1)")
+                                     f"run that starts a frame earlier, or the replay cache preloaded: "
+                                     f"preload)")
             return steps
     except ValueError:
         pass
-    raise AssertionError(f"FASTCAR_STEPS={spec!r}: expected all, first:N or from:A:N (A < {S}, N >= 1)")
+    raise AssertionError(f"steps {spec!r}: expected all, first:N or from:A:N (A < {S}, N >= 1)")
 
 
 def replay_cache_preload(first: int, start: int, N: int):
@@ -188,7 +187,7 @@ class TB:
                                     self.ram.write_if.aw_channel, self.ram.write_if.w_channel,
                                     self.ram.write_if.b_channel)):
                 ch.set_pause_generator(random_pauses(seed + 31 + n, p))
-        bpc = float(os.environ.get("FASTCAR_SDRAM", "0"))
+        bpc = bench_config().sdram
         if bpc:
             # The SDRAM's bandwidth: a data beat every nb / bpc cycles on the R and W channels.
             k = sdram_beat_every(bpc, len(dut.rd_rdata) // 8)
@@ -200,7 +199,8 @@ class TB:
 
 @cocotb.test()
 async def decode_steps(dut):
-    tr = load_full_step(os.environ["FASTCAR_TRACE"], verify=False)
+    config = bench_config()
+    tr = load_full_step(config.require("trace"), verify=False)
     m, t = tr.manifest, tr.t
     dims, dec = m["dims"], m["decode"]
     S, L, B, d, H, dh, N, PR, NS, C = (dims[k] for k in ("steps", "layers", "batch", "d_model", "n_heads",
@@ -208,12 +208,10 @@ async def decode_steps(dut):
                                                          "codebook"))
     start, off = m["prompt_len"], m["image_token_offset"]
     L0 = start - 1                                      # sample k is drawn after step L0 + k
-    cfg = AccelConfig.from_dict(json.loads(os.environ["FASTCAR_ACCEL"]))
+    cfg: AccelConfig = config.require("accel")
     ni, no = cfg.mv_in, cfg.mv_out
-    taps = os.environ.get("FASTCAR_TAPS", "1") == "1"
-    video = os.environ.get("FASTCAR_VIDEO", "0") == "1"
-    preload = os.environ.get("FASTCAR_PRELOAD", "0") == "1"
-    steps = step_range(os.environ.get("FASTCAR_STEPS", "all"), S, video, t["replay"], start, N, preload)
+    taps, video, preload = config.taps, config.video, config.preload
+    steps = step_range(config.steps, S, video, t["replay"], start, N, preload)
     first = steps[0]
     guided = dec["cfg_scale"] is not None
     fastcar = dec["tau"] is not None
@@ -221,7 +219,7 @@ async def decode_steps(dut):
 
     r_out = t["r_out"].astype(np.int64).copy()
     want_tok = t["sample_token"].astype(np.int64).copy()
-    plant = os.environ.get("FASTCAR_PLANT", "")
+    plant = config.plant
     if plant and plant != "preload":
         kind, *idx = plant.split(":")
         idx = tuple(int(i) for i in idx)
@@ -381,10 +379,10 @@ async def decode_steps(dut):
                   f"bit-exact{' (fed back on chip)' if video else ''}; {sum(cycles)} cycles, "
                   f"{reads * dw // 8} bytes read ({weight_reads * dw // 8} of weights), "
                   f"{writes * dw // 8} written")
-    if os.environ.get("FASTCAR_OUT"):
-        with open(os.environ["FASTCAR_OUT"], "w") as f:
+    if config.out:
+        with open(config.out, "w") as f:
             json.dump({"steps": steps, "tokens": drawn, "cycles": cycles, "read_bytes": reads * dw // 8,
                        "write_bytes": writes * dw // 8, "weight_read_bytes": weight_reads * dw // 8,
                        "step_bytes": step_bytes, "data_width": dw, "mv": [ni, no],
                        "video": video, "stall": stall_settings()[0],
-                       "sdram_bytes_per_cycle": float(os.environ.get("FASTCAR_SDRAM", "0"))}, f)
+                       "sdram_bytes_per_cycle": config.sdram}, f)

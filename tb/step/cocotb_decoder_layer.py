@@ -3,17 +3,15 @@ adapter) against a full-step trace: from the residual rows into each layer (``r_
 weights and constants (the MLP's loaded once into the accelerator), the position's tables and the
 attended earlier positions' keys and values, every row out of the layer (``r_out``), every decision
 the MLP used and every new key and value. The steps run in order from the first (the replay cache
-carries from frame to frame): ``FASTCAR_STEPS`` = ``all`` or ``first:N``. ``FASTCAR_PLANT`` =
-``S:L:B:E`` changes one expected element of ``r_out``. Environment otherwise as
-``cocotb_attention_layer``.
+carries from frame to frame): ``steps`` = ``all`` or ``first:N``. ``plant`` = ``S:L:B:E`` changes
+one expected element of ``r_out``. ``accel``: the accelerator of the build's MLP. Configuration (the
+run's :class:`sw.config.BenchConfig`) otherwise as ``cocotb_attention_layer``.
 
 Bus models: cocotbext-axi ``AxiStreamSource`` on every input (idle cycles on the rows, weights and
 history), ``AxiStreamSink`` on ``m_axis_o``, ``m_axis_d`` and ``m_axis_kv_out`` (backpressure on
 the rows). The scoreboard counts rows in against rows, decisions and heads out.
 """
 
-import json
-import os
 
 import cocotb
 import numpy as np
@@ -29,6 +27,7 @@ from hw.step.residual import residual_out_layout
 from hw.step.tas_tap import decision_layout
 from sw.config import AccelConfig
 from sw.trace.full_step import load_full_step
+from tb.runner import bench_config
 from tb.step.bench import CLOCK_NS, Bench, plant_index, stream_model
 from tb.step.cocotb_attention_layer import LayerFeed
 from tb.step.cocotb_step_mlp import position, step_layers
@@ -49,19 +48,20 @@ class TB:
 
 @cocotb.test()
 async def decoder_layer_trace(dut):
-    tr = load_full_step(os.environ["FASTCAR_TRACE"], verify=False)
+    config = bench_config()
+    tr = load_full_step(config.require("trace"), verify=False)
     m, t = tr.manifest, tr.t
     S, L, B, d, H, dh = (m["dims"][k] for k in ("steps", "layers", "batch", "d_model", "n_heads", "head_dim"))
     N, start = m["dims"]["tokens_per_frame"], m["prompt_len"]
-    cfg = AccelConfig.from_dict(json.loads(os.environ["FASTCAR_ACCEL"]))
+    cfg: AccelConfig = config.require("accel")
     ni, no = cfg.mv_in, cfg.mv_out
-    spec = os.environ.get("FASTCAR_STEPS", "all")
+    spec = config.steps
     steps = list(range(S if spec == "all" else min(S, int(spec.split(":")[1]))))
     r_out = t["r_out"].astype(np.int64).copy()
-    plant = os.environ.get("FASTCAR_PLANT", "")
+    plant = config.plant
     if plant:
         r_out[plant_index(plant)] += 1
-    P = int(os.environ["FASTCAR_MAX_POSITIONS"])
+    P = config.require("max_positions")
 
     tb = TB(dut)
     dut.eps.value = int(m["eps"])

@@ -1,21 +1,21 @@
 """cocotb test of the projections on the MAC unit (``hw.step.projection.Projection`` behind its
 AXI-Stream adapter) against a full-step trace. For each selected step, layer and row:
 
-- the requantising build (``FASTCAR_BLOCK=qkv``): ``q``, ``k`` and ``v`` from the input norm ``xn`` (the
+- the requantising build (``block`` = ``qkv``): ``q``, ``k`` and ``v`` from the input norm ``xn`` (the
   golden RMSNorm of the trace's ``r_in``; in the step the RMSNorm block makes it). ``v`` must be the
   trace's ``v``; ``q`` and ``k`` the golden model's before the rotation (RoPE's test starts from those);
-- the accumulating build (``FASTCAR_BLOCK=o_head``): the output projection's accumulators from the trace's
+- the accumulating build (``block`` = ``o_head``): the output projection's accumulators from the trace's
   ``attn`` (they go on to the residual block), and at each step the LM head's accumulators from the
   final norm of the last layer's ``r_out``, which must be the trace's ``logits``.
 
 The weights stream in beside the row, block by block, as ``Projection`` takes them; output columns
-are padded with zero weights to a multiple of ``n_out``. Environment as ``cocotb_softmax``
-(``FASTCAR_STEPS``), ``FASTCAR_MV`` = ``n_in:n_out``, ``FASTCAR_PLANT`` = ``NAME:S:L:B:N`` (``logits``:
-``logits:S:B:N``). Bus models: cocotbext-axi ``AxiStreamSource`` on ``s_axis_i`` (one frame per run),
-``AxiStreamSink`` on ``m_axis_o`` (one frame per row); the scoreboard counts rows in against out.
+are padded with zero weights to a multiple of ``n_out``. Configuration (the run's
+:class:`sw.config.BenchConfig`) as ``cocotb_softmax`` (``steps``), ``mv`` = ``(n_in, n_out)``,
+``plant`` = ``NAME:S:L:B:N`` (``logits``: ``logits:S:B:N``). Bus models: cocotbext-axi
+``AxiStreamSource`` on ``s_axis_i`` (one frame per run), ``AxiStreamSink`` on ``m_axis_o`` (one frame
+per row); the scoreboard counts rows in against out.
 """
 
-import os
 
 import cocotb
 import numpy as np
@@ -26,6 +26,7 @@ from hw.lib.payload import fields, pack_fields, unpack_field
 from hw.step.projection import projection_in_layout, projection_out_layout
 from sw.spec import quant
 from sw.trace.full_step import load_full_step
+from tb.runner import bench_config
 from tb.step.bench import Bench, plant_index
 from tb.step.cocotb_softmax import selected_steps
 
@@ -53,13 +54,14 @@ def runs(f_in, x, w, mult, shift, ni, no):
 
 @cocotb.test()
 async def projection_trace(dut):
-    tr = load_full_step(os.environ["FASTCAR_TRACE"], verify=False)
+    config = bench_config()
+    tr = load_full_step(config.require("trace"), verify=False)
     m, t = tr.manifest, tr.t
     S, L, B, d, V = (m["dims"][k] for k in ("steps", "layers", "batch", "d_model", "vocab"))
-    block = os.environ["FASTCAR_BLOCK"]
-    ni, no = (int(v) for v in os.environ["FASTCAR_MV"].split(":"))
+    block = config.require("block")
+    ni, no = config.require("mv")
     requant = block == "qkv"
-    steps = selected_steps(S, os.environ.get("FASTCAR_STEPS", "all"))
+    steps = selected_steps(S, config.steps)
     eps = int(m["eps"])
 
     bench = Bench(dut)
@@ -93,7 +95,7 @@ async def projection_trace(dut):
             for b in range(B):
                 jobs.append((("logits", s, None, b), xf[b], t["head"], zeros[:V], zeros[:V],
                              t["logits"][s, b].astype(np.int64).copy()))
-    plant = os.environ.get("FASTCAR_PLANT", "")
+    plant = config.plant
     if plant:
         name, *idx = plant.split(":")
         idx = plant_index(":".join(idx))

@@ -1,16 +1,15 @@
 """cocotb test of the front of a layer (``hw.step.qkv.QkvRope`` behind its AXI-Stream adapter) against a
 full-step trace: from the residual rows into a layer (``r_in``) with the input norm's constants, the
 layer's q, k and v weights and the position's RoPE tables, every head of ``q`` and ``k`` (after
-RoPE) and ``v`` of every row. Environment as ``cocotb_softmax`` (``FASTCAR_TRACE``,
-``FASTCAR_SEED``, ``FASTCAR_STALL``, ``FASTCAR_STEPS``), ``FASTCAR_MV`` = ``n_in:n_out``, and
-``FASTCAR_PLANT`` = ``q|k|v:S:L:B:H:E`` (one expected element changed).
+RoPE) and ``v`` of every row. Configuration (the run's :class:`sw.config.BenchConfig`) as
+``cocotb_softmax`` (``trace``, ``seed``, ``stall``, ``steps``), ``mv`` = ``(n_in, n_out)``, and
+``plant`` = ``q|k|v:S:L:B:H:E`` (one expected element changed).
 
 Bus models: cocotbext-axi ``AxiStreamSource`` on ``s_axis_i`` (a frame per row), ``s_axis_w`` (a frame
 per weight block) and ``s_axis_pos`` (a beat per step), ``AxiStreamSink`` on ``m_axis_o`` (a frame
 per row, a beat per head). The scoreboard counts rows in against rows and heads out.
 """
 
-import os
 
 import cocotb
 import numpy as np
@@ -23,6 +22,7 @@ from hw.step.qkv import qkv_head_layout, rope_row_layout
 from hw.step.rmsnorm import rmsnorm_in_layout
 from hw.step.row_runs import weight_layout
 from sw.trace.full_step import load_full_step
+from tb.runner import bench_config
 from tb.step.bench import CLOCK_NS, Bench, stream_model, weight_frames
 from tb.step.cocotb_softmax import selected_steps
 
@@ -41,13 +41,14 @@ class TB:
 
 @cocotb.test()
 async def qkv_trace(dut):
-    tr = load_full_step(os.environ["FASTCAR_TRACE"], verify=False)
+    config = bench_config()
+    tr = load_full_step(config.require("trace"), verify=False)
     m, t = tr.manifest, tr.t
     S, L, B, d, H, dh = (m["dims"][k] for k in ("steps", "layers", "batch", "d_model", "n_heads", "head_dim"))
-    ni, no = (int(x) for x in os.environ["FASTCAR_MV"].split(":"))
-    steps = selected_steps(S, os.environ.get("FASTCAR_STEPS", "all"))
+    ni, no = config.require("mv")
+    steps = selected_steps(S, config.steps)
     want = {n: t[n].astype(np.int64).copy() for n in ("q", "k", "v")}
-    plant = os.environ.get("FASTCAR_PLANT", "")
+    plant = config.plant
     if plant:
         name, *idx = plant.split(":")
         idx = tuple(int(i) for i in idx)

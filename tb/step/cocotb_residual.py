@@ -6,12 +6,11 @@ full-step trace: for every step, layer and row, both adds of the layer, in the o
   constants must give the trace's ``r_mid``;
 - **mlp**: ``r_mid`` and the MLP's output ``y`` with the layer's ``y`` constants must give ``r_out``.
 
-Environment as ``cocotb_sampler``; ``FASTCAR_PLANT`` = ``r_mid:S:L:B:N`` or ``r_out:S:L:B:N``.
+Configuration as ``cocotb_sampler``; ``plant`` = ``r_mid:S:L:B:N`` or ``r_out:S:L:B:N``.
 Bus models: cocotbext-axi ``AxiStreamSource`` on ``s_axis_i`` (one frame per row) and ``AxiStreamSink``
 on ``m_axis_o``; the scoreboard counts rows in against rows out.
 """
 
-import os
 
 import cocotb
 import numpy as np
@@ -22,6 +21,7 @@ from hw.lib.payload import fields, pack_fields, unpack_field
 from hw.step.residual import residual_in_layout, residual_out_layout
 from sw.spec import quant
 from sw.trace.full_step import load_full_step
+from tb.runner import bench_config
 from tb.step.bench import Bench, plant_index
 
 NAMES = {"r_mid": "attention", "r_out": "mlp"}
@@ -29,11 +29,12 @@ NAMES = {"r_mid": "attention", "r_out": "mlp"}
 
 @cocotb.test()
 async def residual_trace(dut):
-    tr = load_full_step(os.environ["FASTCAR_TRACE"], verify=False)
+    config = bench_config()
+    tr = load_full_step(config.require("trace"), verify=False)
     m, t = tr.manifest, tr.t
     S, L, B, d = (m["dims"][k] for k in ("steps", "layers", "batch", "d_model"))
     want = {n: t[n].astype(np.int64).copy() for n in NAMES}
-    plant = os.environ.get("FASTCAR_PLANT", "")
+    plant = config.plant
     if plant:
         name, *idx = plant.split(":")
         idx = plant_index(":".join(idx))

@@ -1,13 +1,12 @@
 """cocotb test of the RMSNorm block (``hw.step.rmsnorm.RmsNorm`` behind its AXI-Stream adapter) against a
 full-step trace: the post-attention norm of every step, layer and row (``m`` from ``r_mid`` with the
-layer's ``n2`` constants). Environment as ``cocotb_sampler``: ``FASTCAR_TRACE``, ``FASTCAR_SEED``,
-``FASTCAR_STALL``, and ``FASTCAR_PLANT`` = ``S:L:B:N`` (one expected element changed).
+layer's ``n2`` constants). Configuration as ``cocotb_sampler``: ``trace``, ``seed``, ``stall``, and
+``plant`` = ``S:L:B:N`` (one expected element changed).
 
 Bus models: cocotbext-axi ``AxiStreamSource`` on ``s_axis_i`` (one frame per row) and
 ``AxiStreamSink`` on ``m_axis_o``; the scoreboard counts rows and elements in against out.
 """
 
-import os
 
 import cocotb
 import numpy as np
@@ -17,16 +16,18 @@ from cocotbext.axi import AxiStreamFrame
 from hw.lib.payload import fields, pack_fields, unpack_field
 from hw.step.rmsnorm import rmsnorm_in_layout, rmsnorm_out_layout
 from sw.trace.full_step import load_full_step
+from tb.runner import bench_config
 from tb.step.bench import Bench, plant_index
 
 
 @cocotb.test()
 async def norm_trace(dut):
-    tr = load_full_step(os.environ["FASTCAR_TRACE"], verify=False)
+    config = bench_config()
+    tr = load_full_step(config.require("trace"), verify=False)
     m, t = tr.manifest, tr.t
     S, L, B, d = (m["dims"][k] for k in ("steps", "layers", "batch", "d_model"))
     want = t["m"].astype(np.int64).copy()
-    plant = os.environ.get("FASTCAR_PLANT", "")
+    plant = config.plant
     if plant:
         idx = plant_index(plant)
         want[idx] = want[idx] + 1 if want[idx] < 127 else want[idx] - 1

@@ -2,10 +2,9 @@
 for every step, layer, row and head, q and k before the rotation (the golden functions on the trace's
 ``r_in`` and constants: the input norm, the projection, its requantisation; in the step these are the
 RMSNorm block and the MAC array) and the position's tables go in, and the trace's rotated ``q`` and
-``k`` must come out. Environment as ``cocotb_sampler``; ``FASTCAR_PLANT`` = ``q:S:L:B:H:E``.
+``k`` must come out. Configuration as ``cocotb_sampler``; ``plant`` = ``q:S:L:B:H:E``.
 """
 
-import os
 
 import cocotb
 import numpy as np
@@ -16,16 +15,18 @@ from hw.lib.payload import fields, pack_fields, unpack_field
 from hw.step.rope import rope_in_layout, rope_out_layout
 from sw.spec import quant
 from sw.trace.full_step import load_full_step
+from tb.runner import bench_config
 from tb.step.bench import Bench, plant_index
 
 
 @cocotb.test()
 async def rope_trace(dut):
-    tr = load_full_step(os.environ["FASTCAR_TRACE"], verify=False)
+    config = bench_config()
+    tr = load_full_step(config.require("trace"), verify=False)
     m, t = tr.manifest, tr.t
     S, L, B, H, dh = (m["dims"][k] for k in ("steps", "layers", "batch", "n_heads", "head_dim"))
     want = {n: t[n].astype(np.int64).copy() for n in ("q", "k")}
-    plant = os.environ.get("FASTCAR_PLANT", "")
+    plant = config.plant
     if plant:
         name, *idx = plant.split(":")
         idx = plant_index(":".join(idx))

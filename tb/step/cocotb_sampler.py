@@ -1,12 +1,12 @@
 """cocotb test of the on-chip sampler (``hw.step.sampler.Sampler`` behind its AXI-Stream adapter)
 against a full-step trace: every guided logit ``z`` and every token the trace's golden model drew.
-Driven by ``test_step.py``; configuration in the environment:
+Driven by ``test_step.py`` (``tb/step/runner.py``); configuration in the run's
+:class:`sw.config.BenchConfig` (:func:`tb.runner.bench_config`), these fields:
 
-``FASTCAR_TRACE``  full-step trace directory (version 2, drawn by the integer sampler)
-``FASTCAR_SEED``   seed of the idle/backpressure generators
-``FASTCAR_STALL``  probability of an idle cycle on ``i`` and of backpressure on ``o``
-``FASTCAR_PLANT``  ``z:K:B:N`` or ``token:K:B``: change one expected value (the check must fail
-                   and name it)
+``trace``  full-step trace directory (version 2, drawn by the integer sampler)
+``seed``   seed of the idle/backpressure generators
+``stall``  probability of an idle cycle on ``i`` and of backpressure on ``o``
+``plant``  ``z:K:B:N`` or ``token:K:B``: change one expected value (the check must fail and name it)
 
 Bus models: cocotbext-axi ``AxiStreamSource`` on ``s_axis_i`` (one frame per row, ``tlast`` on
 its last token) and ``s_axis_seed``, ``AxiStreamSink`` on ``m_axis_o`` and ``m_axis_z``
@@ -14,7 +14,6 @@ its last token) and ``s_axis_seed``, ``AxiStreamSink`` on ``m_axis_o`` and ``m_a
 out and ``z`` beats out.
 """
 
-import os
 
 import cocotb
 import numpy as np
@@ -25,6 +24,7 @@ from cocotbext.axi import AxiStreamFrame, AxiStreamSink, AxiStreamSource
 from hw.lib.payload import fields, pack_fields, unpack_field
 from hw.step.sampler import sampler_in_layout, sampler_out_layout, sampler_z_layout, seed_layout
 from sw.trace.full_step import load_full_step
+from tb.runner import bench_config
 from tb.step.bench import CLOCK_NS, Bench, plant_index, stream_model
 
 
@@ -45,14 +45,15 @@ class TB:
 
 @cocotb.test()
 async def sample_trace(dut):
-    tr = load_full_step(os.environ["FASTCAR_TRACE"], verify=False)
+    config = bench_config()
+    tr = load_full_step(config.require("trace"), verify=False)
     m, t = tr.manifest, tr.t
     dec = m["decode"]
     PR, NS, C = (m["dims"][k] for k in ("prompts", "samples", "codebook"))
     off, L0 = m["image_token_offset"], m["prompt_len"] - 1        # sample k reads the logits of step L0 + k
     guided = dec["cfg_scale"] is not None
     want_z, want_tok = t["sample_z"].astype(np.int64), t["sample_token"].astype(np.int64)
-    plant = os.environ.get("FASTCAR_PLANT", "")
+    plant = config.plant
     if plant:
         kind, *idx = plant.split(":")
         idx = plant_index(":".join(idx))

@@ -2,15 +2,14 @@
 behind its AXI-Stream adapter) against a full-step trace's attention output ``attn``: for each
 selected step, layer, row and head, the scores ``q . k_j`` over the positions the golden model
 attended (the trace's q and k; the MAC array computes them in the whole step) and the ``v_j`` go in,
-and the head's slice of ``attn`` must come out. Environment as ``cocotb_sampler``, and
-``FASTCAR_STEPS`` = ``all`` or ``stride:N`` (every N-th step, the last one included);
-``FASTCAR_PLANT`` = ``S:L:B:E`` (one expected element of ``attn`` changed).
+and the head's slice of ``attn`` must come out. Configuration as ``cocotb_sampler``, and ``steps`` =
+``all`` or ``stride:N`` (every N-th step, the last one included); ``plant`` = ``S:L:B:E`` (one
+expected element of ``attn`` changed).
 
 Bus models: cocotbext-axi ``AxiStreamSource`` on ``s_axis_i`` (one frame per head),
 ``AxiStreamSink`` on ``m_axis_o``; the scoreboard counts heads in against heads out.
 """
 
-import os
 
 import cocotb
 import numpy as np
@@ -22,6 +21,7 @@ from hw.lib.payload import fields, pack_fields, unpack_field
 from hw.step.softmax_av import softmax_in_layout, softmax_out_layout
 from sw.model.fastcar import SparseConfig, attention_mask
 from sw.trace.full_step import load_full_step
+from tb.runner import bench_config
 from tb.step.bench import Bench, plant_index
 
 
@@ -34,17 +34,18 @@ def selected_steps(S, spec):
 
 @cocotb.test()
 async def attention_trace(dut):
-    tr = load_full_step(os.environ["FASTCAR_TRACE"], verify=False)
+    config = bench_config()
+    tr = load_full_step(config.require("trace"), verify=False)
     m, t = tr.manifest, tr.t
     S, L, B, H, dh = (m["dims"][k] for k in ("steps", "layers", "batch", "n_heads", "head_dim"))
     sp = m["decode"]["sparse"]
     sparse = SparseConfig(**sp) if sp else None
     want = t["attn"].astype(np.int64).copy()
-    plant = os.environ.get("FASTCAR_PLANT", "")
+    plant = config.plant
     if plant:
         idx = plant_index(plant)
         want[idx] = want[idx] + 1 if want[idx] < 127 else want[idx] - 1
-    steps = selected_steps(S, os.environ.get("FASTCAR_STEPS", "all"))
+    steps = selected_steps(S, config.steps)
 
     bench = Bench(dut)
     src, sink = bench.src, bench.sink

@@ -4,17 +4,14 @@ took, :class:`hw.step.tas_tap.TasTap`), against a full-step trace: every step an
 as one group of the batch's rows, the MLP input ``m`` with the trace's ``tas`` and ``replay``, and
 every output ``y`` (computed, or replayed from the cache the earlier frames wrote) and its tuser.
 
-Environment as ``cocotb_sampler`` (``FASTCAR_TRACE``, ``FASTCAR_SEED``, ``FASTCAR_STALL``), with
-``FASTCAR_ACCEL`` (the accelerator's config, JSON) and ``FASTCAR_PLANT`` = ``S:L:B:N`` (one expected
-element changed).
+Configuration as ``cocotb_sampler`` (``trace``, ``seed``, ``stall``), with ``accel`` (the
+accelerator's config) and ``plant`` = ``S:L:B:N`` (one expected element changed).
 
 Bus models: cocotbext-axi ``AxiStreamSource`` on ``s_axis_cfg`` and ``s_axis_x`` (a frame per
 group, idle cycles) and ``AxiStreamSink`` on ``m_axis_y`` (backpressure); the scoreboard counts rows
 in against rows out.
 """
 
-import json
-import os
 
 import cocotb
 import numpy as np
@@ -27,6 +24,7 @@ from hw.board.host import config_words, unpack_y
 from hw.lib.payload import fields, pack, unpack_field
 from sw.config import AccelConfig
 from sw.trace.full_step import load_full_step
+from tb.runner import bench_config
 from tb.step.bench import CLOCK_NS, Bench, plant_index, stream_model
 
 MLP_CONSTS = ("mult_g", "shift_g", "mult_u", "shift_u", "lut", "mult_h", "shift_h", "mult_d", "shift_d")
@@ -58,13 +56,14 @@ class TB:
 
 @cocotb.test()
 async def mlp_trace(dut):
-    tr = load_full_step(os.environ["FASTCAR_TRACE"], verify=False)
+    config = bench_config()
+    tr = load_full_step(config.require("trace"), verify=False)
     man, t = tr.manifest, tr.t
     S, L, B, d = (man["dims"][k] for k in ("steps", "layers", "batch", "d_model"))
     N, P0 = man["dims"]["tokens_per_frame"], man["prompt_len"]
-    cfg = AccelConfig.from_dict(json.loads(os.environ["FASTCAR_ACCEL"]))
+    cfg: AccelConfig = config.require("accel")
     want = t["y"].astype(np.int64).copy()
-    plant = os.environ.get("FASTCAR_PLANT", "")
+    plant = config.plant
     if plant:
         idx = plant_index(plant)
         want[idx] = want[idx] + 1 if want[idx] < 127 else want[idx] - 1

@@ -1,8 +1,8 @@
 """cocotb test of the end of the step (``hw.step.token_head.TokenHead`` behind its AXI-Stream adapter)
 against a full-step trace: from the last layer's residual rows of each sampling step to the tokens
-drawn, every guided logit ``z`` and every token. Environment as ``cocotb_sampler``
-(``FASTCAR_TRACE``, ``FASTCAR_SEED``, ``FASTCAR_STALL``, ``FASTCAR_PLANT`` = ``z:K:B:N`` or
-``token:K:B``), and ``FASTCAR_STRIDE``: every that many samples (default 1, all of them, back to
+drawn, every guided logit ``z`` and every token. Configuration as ``cocotb_sampler`` (``trace``,
+``seed``, ``stall``, ``plant`` = ``z:K:B:N`` or ``token:K:B``), ``mv`` (the build's matrix-vector
+unit), and ``stride``: every that many samples (default 1, all of them, back to
 back; above 1 each tested sample runs alone, its generators loaded with the state the golden model
 reached there).
 
@@ -12,7 +12,6 @@ LM head's weights over the image tokens, a frame per block) and ``s_axis_seed``;
 in against tokens and ``z`` beats out.
 """
 
-import os
 
 import cocotb
 import numpy as np
@@ -26,6 +25,7 @@ from hw.step.sampler import sampler_out_layout, sampler_z_layout, seed_layout
 from hw.step.token_head import head_weight_layout
 from sw.spec import quant
 from sw.trace.full_step import load_full_step
+from tb.runner import bench_config
 from tb.step.bench import CLOCK_NS, Bench, plant_index, stream_model, weight_frames
 
 
@@ -47,7 +47,8 @@ class TB:
 
 @cocotb.test()
 async def head_trace(dut):
-    tr = load_full_step(os.environ["FASTCAR_TRACE"], verify=False)
+    config = bench_config()
+    tr = load_full_step(config.require("trace"), verify=False)
     m, t = tr.manifest, tr.t
     dec = m["decode"]
     L, B, d, PR, NS, C = (m["dims"][k]
@@ -55,10 +56,10 @@ async def head_trace(dut):
     off, L0 = m["image_token_offset"], m["prompt_len"] - 1        # sample k reads step L0 + k
     guided = dec["cfg_scale"] is not None
     greedy = dec["temperature"] == 0
-    stride = int(os.environ.get("FASTCAR_STRIDE", "1"))
+    stride = config.stride
     samples = list(range(0, NS, stride))
     want_z, want_tok = t["sample_z"].astype(np.int64), t["sample_token"].astype(np.int64)
-    plant = os.environ.get("FASTCAR_PLANT", "")
+    plant = config.plant
     if plant:
         kind, *idx = plant.split(":")
         idx = plant_index(":".join(idx))
@@ -74,7 +75,7 @@ async def head_trace(dut):
     dut.greedy.value = int(greedy)
     await tb.reset()
 
-    NI, NO = int(os.environ["FASTCAR_NI"]), int(os.environ["FASTCAR_NO"])
+    NI, NO = config.require("mv")
     f_in, f_w = fields(rmsnorm_in_layout()), fields(head_weight_layout(NI, NO))
     f_seed, f_out = fields(seed_layout(PR)), fields(sampler_out_layout(PR, C))
     f_z = fields(sampler_z_layout(PR, C))

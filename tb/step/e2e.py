@@ -28,15 +28,20 @@ one. The steps between are the same, to the cycle and the byte, as the same step
 step 0 (dense at 2.8 bytes a cycle: steps 41-48 of a run from step 40 against the first 85 steps).
 The first chunk starts at step 0 and the last one ends at the video's last step, as the whole run does.
 A chunk of FastCar's modes starts with the replay cache a run from step 0 would have: the testbench
-writes it from the trace into the cache's block RAMs before the run (``FASTCAR_PRELOAD=1``, through
-the memories the step's builds make public), since the cache is on chip and holds the frame before.
+writes it from the trace into the cache's block RAMs before the run (the bench config's ``preload``,
+through the memories the step's builds make public), since the cache is on chip and holds the frame
+before.
 """
 
 import argparse
 import json
 import sys
 import time
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import NamedTuple
+
+from sw.config import BenchConfig
 
 REPO = Path(__file__).resolve().parents[2]
 CHUNKED_MODES = ("dense", "sparse", "fastcar", "fastcar+sparse", "default")
@@ -51,6 +56,28 @@ def trace_sha(trace: Path) -> str:
     return hashlib.sha256((Path(trace) / "manifest.json").read_bytes()).hexdigest()
 
 
+class Chunk(NamedTuple):
+    """Steps ``a`` to ``a + n - 1`` of the ``S`` steps of ``mode``'s video."""
+
+    mode: str
+    S: int
+    a: int
+    n: int
+
+
+@dataclass(frozen=True)
+class ChunkJob:
+    """One chunk to measure, as a job of :mod:`sw.jobs`: the chunk, the full-step trace it runs on and
+    that trace's :func:`trace_sha` (which the chunk's file records)."""
+
+    mode: str
+    S: int
+    a: int
+    n: int
+    trace: str
+    sha: str
+
+
 def chunks(S: int, n: int) -> list[tuple[int, int]]:
     """The chunks ``(A, n)`` that cover steps ``0 .. S - 1``, ``n`` steps each (the last one shorter)."""
     if S < 1 or n < 1:
@@ -59,47 +86,45 @@ def chunks(S: int, n: int) -> list[tuple[int, int]]:
 
 
 def run_spec(a: int, n: int, S: int) -> tuple[str, int, int]:
-    """``FASTCAR_STEPS`` of the run that measures chunk ``(a, n)`` of ``S`` steps, and the index range of
+    """The ``steps`` of the run that measures chunk ``(a, n)`` of ``S`` steps, and the index range of
     the run's steps that the chunk keeps: one step before it (unless it starts the video) and one after
     (unless it ends it)."""
     lo, hi = max(a - 1, 0), min(a + n + 1, S)
     return f"from:{lo}:{hi - lo}", a - lo, a - lo + n
 
 
-def longest_first(todo):
-    """The chunks ``(mode, S, a, n)`` in order of the fitted cycle model's cycles, the most first (the
-    jobs share one queue, so that the last chunks to finish are short ones)."""
+def longest_first(todo: list[Chunk]) -> list[Chunk]:
+    """The chunks in order of the fitted cycle model's cycles, the most first (the jobs share one
+    queue, so that the last chunks to finish are short ones)."""
     from sw.perf import rtl_step
     from sw.trace.full_step import load_full_step
     from tb.step.calibrate import trace_dir
 
     coef, cost, traces = rtl_step.CALIBRATED["coefficients"], {}, {}
-    for mode, _, a, n in todo:
-        if mode not in traces:
-            tr = load_full_step(trace_dir(mode), verify=False)
-            traces[mode] = (tr.manifest, tr.t["replay"])
-        x = rtl_step.features(*traces[mode], list(range(a, a + n)))
-        cost[(mode, a)] = float(rtl_step.predict(x, coef).sum())
-    return sorted(todo, key=lambda c: -cost[(c[0], c[2])])
+    for c in todo:
+        if c.mode not in traces:
+            tr = load_full_step(trace_dir(c.mode), verify=False)
+            traces[c.mode] = (tr.manifest, tr.t["replay"])
+        x = rtl_step.features(*traces[c.mode], list(range(c.a, c.a + c.n)))
+        cost[(c.mode, c.a)] = float(rtl_step.predict(x, coef).sum())
+    return sorted(todo, key=lambda c: -cost[(c.mode, c.a)])
 
 
 def chunk_file(out: Path, mode: str, a: int) -> Path:
     return out / mode / f"{a:04d}.json"
 
 
-def simulate_chunk(trace: Path, mode: str, a: int, spec: str, sdram: float, preload: bool,
-                   variant: str) -> dict:
-    """The RTL's record (``FASTCAR_OUT``) of the run ``spec`` (:func:`run_spec`) of the chunk that starts
-    at step ``a``, on the build directory ``variant``."""
+def simulate_chunk(job: ChunkJob, bench: BenchConfig, variant: str) -> dict:
+    """The RTL's record (the whole step's ``out``) of the chunk ``job``'s run, configured by ``bench``
+    (its ``steps``: :func:`run_spec`; ``sdram`` and ``preload``), on the build directory ``variant``."""
     import tempfile
 
     from tb.step.runner import run_decode_step
 
     with tempfile.TemporaryDirectory() as tmp:
         raw = Path(tmp) / "rtl.json"
-        run_decode_step(trace, "verilator", f"e2e-{mode}-{a}", taps=False, variant=variant,
-                        FASTCAR_STEPS=spec, FASTCAR_SDRAM=str(sdram), FASTCAR_OUT=str(raw),
-                        FASTCAR_PRELOAD=str(int(preload)))
+        run_decode_step(Path(job.trace), "verilator", f"e2e-{job.mode}-{job.a}", taps=False, variant=variant,
+                        bench=replace(bench, out=raw))
         return json.loads(raw.read_text())
 
 
@@ -109,20 +134,19 @@ def build_variant(build_tag: str, slot: str) -> str:
     return build_tag + ("" if slot == "0" else slot)
 
 
-def measure_chunk(chunk: dict, *, sdram: float, build_tag: str, simulate=None) -> dict:
-    """One chunk's result, the content of its chunk file: ``chunk`` is ``{"mode", "S", "a", "n",
-    "trace", "sha"}``, ``simulate`` :func:`simulate_chunk` or a stand-in with its arguments. It runs on
-    a build directory that no other chunk running at the same time uses (:func:`build_variant`)."""
+def measure_chunk(chunk: ChunkJob, *, sdram: float, build_tag: str, simulate=None) -> dict:
+    """One chunk's result, the content of its chunk file; ``simulate`` :func:`simulate_chunk` or a
+    stand-in with its arguments. It runs on a build directory that no other chunk running at the same
+    time uses (:func:`build_variant`)."""
     from sw.jobs import worker_slot
 
-    mode, S, a, n = chunk["mode"], chunk["S"], chunk["a"], chunk["n"]
+    mode, S, a, n = chunk.mode, chunk.S, chunk.a, chunk.n
     spec, i, j = run_spec(a, n, S)
     t0 = time.monotonic()
-    preload = mode.startswith("fastcar") and a > 0
+    bench = BenchConfig(steps=spec, sdram=sdram, preload=mode.startswith("fastcar") and a > 0)
     with worker_slot() as slot:
-        rtl = (simulate or simulate_chunk)(Path(chunk["trace"]), mode, a, spec, sdram, preload,
-                                           build_variant(build_tag, slot))
-    keep = {"mode": mode, "trace_sha256": chunk["sha"],
+        rtl = (simulate or simulate_chunk)(chunk, bench, build_variant(build_tag, slot))
+    keep = {"mode": mode, "trace_sha256": chunk.sha,
             "steps": rtl["steps"][i:j], "cycles": rtl["cycles"][i:j],
             "step_bytes": rtl["step_bytes"][i:j], "run": spec, "sdram_bytes_per_cycle": sdram,
             "data_width": rtl["data_width"], "mv": rtl["mv"],
@@ -135,7 +159,7 @@ def measure_chunk(chunk: dict, *, sdram: float, build_tag: str, simulate=None) -
 
 def measure(todo, *, sdram: float, out: Path, build_tag: str, jobs: int, scheduler: str | None = None,
             deadline: float | None = None) -> dict:
-    """Measure the chunks ``(mode, S, a, n)`` of ``todo``, started in that order, each into its chunk
+    """Measure the chunks of ``todo`` (:class:`Chunk`), started in that order, each into its chunk
     file (:func:`chunk_file`, written whole as it finishes), ``jobs`` at a time on this machine or on
     the workers of the Dask scheduler at ``scheduler`` (:mod:`sw.jobs`); no chunk starts after
     ``deadline`` (``time.time()``). Returns the results by ``MODE/NNNN``."""
@@ -146,12 +170,13 @@ def measure(todo, *, sdram: float, out: Path, build_tag: str, jobs: int, schedul
     from sw.jobs import run_jobs, store_path
     from tb.step.calibrate import trace_dir
 
-    shas = {mode: trace_sha(trace_dir(mode)) for mode in dict.fromkeys(c[0] for c in todo)}
+    todo = [Chunk(*c) for c in todo]
+    shas = {mode: trace_sha(trace_dir(mode)) for mode in dict.fromkeys(c.mode for c in todo)}
     work = {}
-    for mode, S, a, n in todo:
-        key = f"{mode}/{a:04d}"
-        assert store_path(out, key, "json") == chunk_file(out, mode, a)
-        work[key] = {"mode": mode, "S": S, "a": a, "n": n, "trace": str(trace_dir(mode)), "sha": shas[mode]}
+    for c in todo:
+        key = f"{c.mode}/{c.a:04d}"
+        assert store_path(out, key, "json") == chunk_file(out, c.mode, c.a)
+        work[key] = ChunkJob(*c, trace=str(trace_dir(c.mode)), sha=shas[c.mode])
 
     def show(key, keep):
         steps = keep["steps"]
@@ -345,7 +370,7 @@ def spot(args, modes, out: Path) -> int:
             continue
         S = load_full_step(trace_dir(mode), verify=False).manifest["dims"]["steps"]
         sha = trace_sha(trace_dir(mode))
-        pool += [(mode, S, a, n) for a, n in chunks(S, args.chunk)
+        pool += [Chunk(mode, S, a, n) for a, n in chunks(S, args.chunk)
                  if load_chunk(chunk_file(COMMITTED, mode, a), mode, a, n, args.sdram, sha) is not None]
     if len(pool) < args.spot:
         raise SystemExit(f"--spot {args.spot}: only {len(pool)} committed chunks in {COMMITTED}")
@@ -416,7 +441,7 @@ def main(argv=None) -> int:
             raise SystemExit(f"the {mode} trace export failed")
         S = load_full_step(trace_dir(mode), verify=False).manifest["dims"]["steps"]
         sha = trace_sha(trace_dir(mode))
-        todo += [(mode, S, a, n) for a, n in chunks(S, args.chunk)
+        todo += [Chunk(mode, S, a, n) for a, n in chunks(S, args.chunk)
                  if lo <= a < hi and find_chunk(out, mode, a, n, args.sdram, sha) is None]
     if args.spot:
         try:

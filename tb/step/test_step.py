@@ -63,20 +63,20 @@ def step_trace(request, small_trace):
 @pytest.mark.parametrize("stall", [0.0, 0.3])
 def test_sampler_draws_the_trace(step_trace, stall):
     """Every z and token of the trace, on Verilator, without and with random idle and backpressure."""
-    run_sampler(step_trace, "verilator", f"stall{stall}", FASTCAR_STALL=str(stall), FASTCAR_SEED="3")
+    run_sampler(step_trace, "verilator", f"stall{stall}", stall=stall, seed=3)
 
 
 @pytest.mark.skipif("icarus" not in available_simulators(), reason="Icarus Verilog is not installed")
 def test_sampler_on_icarus(small_trace):
     """The second simulator, on the small trace (Icarus takes minutes for the shipped one)."""
-    run_sampler(small_trace, "icarus", "icarus", FASTCAR_STALL="0.2", FASTCAR_SEED="4")
+    run_sampler(small_trace, "icarus", "icarus", stall=0.2, seed=4)
 
 
 @pytest.mark.parametrize("plant, named", [("z:1:0:5", "prompt 0, element 5"),
                                            ("token:2:1", "prompt 1: RTL token")])
 def test_a_planted_wrong_value_is_named(step_trace, plant, named):
     with pytest.raises(CocotbFailure, match="block sampler") as e:
-        run_sampler(step_trace, "verilator", f"plant-{plant.replace(':', '_')}", FASTCAR_PLANT=plant)
+        run_sampler(step_trace, "verilator", f"plant-{plant.replace(':', '_')}", plant=plant)
     assert named in str(e.value) and "step " in str(e.value)
 
 
@@ -85,17 +85,17 @@ def test_a_planted_wrong_value_is_named(step_trace, plant, named):
 @pytest.mark.parametrize("stall", [0.0, 0.3])
 def test_rmsnorm_normalises_the_trace(step_trace, stall):
     """The post-attention norm of every step, layer and row of the trace, on Verilator."""
-    run_rmsnorm(step_trace, "verilator", f"stall{stall}", FASTCAR_STALL=str(stall), FASTCAR_SEED="5")
+    run_rmsnorm(step_trace, "verilator", f"stall{stall}", stall=stall, seed=5)
 
 
 @pytest.mark.skipif("icarus" not in available_simulators(), reason="Icarus Verilog is not installed")
 def test_rmsnorm_on_icarus(small_trace):
-    run_rmsnorm(small_trace, "icarus", "icarus", FASTCAR_STALL="0.2", FASTCAR_SEED="6")
+    run_rmsnorm(small_trace, "icarus", "icarus", stall=0.2, seed=6)
 
 
 def test_a_planted_wrong_norm_is_named(step_trace):
     with pytest.raises(CocotbFailure, match="step 3, layer 1, block rmsnorm") as e:
-        run_rmsnorm(step_trace, "verilator", "plant", FASTCAR_PLANT="3:1:0:7")
+        run_rmsnorm(step_trace, "verilator", "plant", plant="3:1:0:7")
     assert "row 0, element 7" in str(e.value)
 
 
@@ -105,19 +105,19 @@ def test_a_planted_wrong_norm_is_named(step_trace):
 def test_softmax_av_attends_as_the_trace(request, step_trace, stall):
     """Every head's attention output of the trace (the shipped trace: every 16th step), on Verilator."""
     steps = "stride:16" if request.config.getoption("--step-trace", default=None) else "all"
-    run_softmax(step_trace, "verilator", f"stall{stall}", FASTCAR_STALL=str(stall), FASTCAR_SEED="7",
-                FASTCAR_STEPS=steps)
+    run_softmax(step_trace, "verilator", f"stall{stall}", stall=stall, seed=7,
+                steps=steps)
 
 
 @pytest.mark.skipif("icarus" not in available_simulators(), reason="Icarus Verilog is not installed")
 def test_softmax_av_on_icarus(small_trace):
-    run_softmax(small_trace, "icarus", "icarus", FASTCAR_STALL="0.2", FASTCAR_SEED="8",
-                FASTCAR_STEPS="stride:16")
+    run_softmax(small_trace, "icarus", "icarus", stall=0.2, seed=8,
+                steps="stride:16")
 
 
 def test_a_planted_wrong_attention_is_named(step_trace):
     with pytest.raises(CocotbFailure, match="step 0, layer 0, block softmax_av, row 1") as e:
-        run_softmax(step_trace, "verilator", "plant", FASTCAR_PLANT="0:0:1:3", FASTCAR_STEPS="stride:64")
+        run_softmax(step_trace, "verilator", "plant", plant="0:0:1:3", steps="stride:64")
     assert "element 3" in str(e.value)
 
 
@@ -126,17 +126,17 @@ def test_a_planted_wrong_attention_is_named(step_trace):
 @pytest.mark.parametrize("stall", [0.0, 0.3])
 def test_rope_rotates_as_the_trace(step_trace, stall):
     """Every head of q and k of the trace, on Verilator."""
-    run_rope(step_trace, "verilator", f"stall{stall}", FASTCAR_STALL=str(stall), FASTCAR_SEED="9")
+    run_rope(step_trace, "verilator", f"stall{stall}", stall=stall, seed=9)
 
 
 @pytest.mark.skipif("icarus" not in available_simulators(), reason="Icarus Verilog is not installed")
 def test_rope_on_icarus(small_trace):
-    run_rope(small_trace, "icarus", "icarus", FASTCAR_STALL="0.2", FASTCAR_SEED="10")
+    run_rope(small_trace, "icarus", "icarus", stall=0.2, seed=10)
 
 
 def test_a_planted_wrong_rotation_is_named(step_trace):
     with pytest.raises(CocotbFailure, match="step 2, layer 1, block rope .k., row 0, head 1, element 4"):
-        run_rope(step_trace, "verilator", "plant", FASTCAR_PLANT="k:2:1:0:1:4")
+        run_rope(step_trace, "verilator", "plant", plant="k:2:1:0:1:4")
 
 
 
@@ -144,12 +144,12 @@ def test_a_planted_wrong_rotation_is_named(step_trace):
 @pytest.mark.parametrize("stall", [0.0, 0.3])
 def test_residual_adds_as_the_trace(step_trace, stall):
     """Both residual adds of every step, layer and row of the trace, on Verilator."""
-    run_residual(step_trace, "verilator", f"stall{stall}", FASTCAR_STALL=str(stall), FASTCAR_SEED="11")
+    run_residual(step_trace, "verilator", f"stall{stall}", stall=stall, seed=11)
 
 
 @pytest.mark.skipif("icarus" not in available_simulators(), reason="Icarus Verilog is not installed")
 def test_residual_on_icarus(small_trace):
-    run_residual(small_trace, "icarus", "icarus", FASTCAR_STALL="0.2", FASTCAR_SEED="12")
+    run_residual(small_trace, "icarus", "icarus", stall=0.2, seed=12)
 
 
 @pytest.mark.parametrize("plant, named", [
@@ -157,7 +157,7 @@ def test_residual_on_icarus(small_trace):
     ("r_out:0:1:0:3", "step 0, layer 1, block residual (mlp), row 0")])
 def test_a_planted_wrong_residual_is_named(step_trace, plant, named):
     with pytest.raises(CocotbFailure, match=named.replace("(", ".").replace(")", ".")) as e:
-        run_residual(step_trace, "verilator", f"plant-{plant.split(':')[0]}", FASTCAR_PLANT=plant)
+        run_residual(step_trace, "verilator", f"plant-{plant.split(':')[0]}", plant=plant)
     assert "element " + plant.split(":")[-1] in str(e.value)
 
 
@@ -169,8 +169,8 @@ def test_attention_from_q_k_v(request, step_trace, block, stall):
     """Every head's scores, and every head's attention output and every row's FastCar decision from q, k
     and v alone (the shipped trace: every 16th step; the small one: every 3rd), on Verilator."""
     steps = "stride:16" if request.config.getoption("--step-trace", default=None) else "stride:3"
-    run_attention(block, step_trace, "verilator", f"stall{stall}", FASTCAR_STALL=str(stall),
-                  FASTCAR_SEED="13", FASTCAR_STEPS=steps)
+    run_attention(block, step_trace, "verilator", f"stall{stall}", stall=stall,
+                  seed=13, steps=steps)
 
 
 @pytest.fixture(scope="module")
@@ -189,14 +189,14 @@ def test_attention_with_sparse_masks(small_sparse_trace):
     fastcar+sparse`` runs every block on the shipped model's sparse trace)."""
     steps, n = dims(small_sparse_trace, "steps", "tokens_per_frame")
     assert steps > 2 + n + 1, "the masks would be causal"
-    run_attention("attention_head", small_sparse_trace, "verilator", "sparse", FASTCAR_STALL="0.2",
-                  FASTCAR_SEED="17")
+    run_attention("attention_head", small_sparse_trace, "verilator", "sparse", stall=0.2,
+                  seed=17)
 
 
 @pytest.mark.skipif("icarus" not in available_simulators(), reason="Icarus Verilog is not installed")
 def test_attention_head_on_icarus(small_trace):
-    run_attention("attention_head", small_trace, "icarus", "icarus", FASTCAR_STALL="0.2", FASTCAR_SEED="14",
-                  FASTCAR_STEPS="stride:32")
+    run_attention("attention_head", small_trace, "icarus", "icarus", stall=0.2, seed=14,
+                  steps="stride:32")
 
 
 @pytest.mark.parametrize("block, plant, named", [
@@ -205,7 +205,7 @@ def test_attention_head_on_icarus(small_trace):
     ("attention_head", "tas:-1:0:1", "layer 0, block tas_tap, row 1: RTL tas")])
 def test_a_planted_wrong_score_or_attention_is_named(step_trace, block, plant, named):
     with pytest.raises(CocotbFailure, match=named) as e:
-        run_attention(block, step_trace, "verilator", "plant", FASTCAR_PLANT=plant, FASTCAR_STEPS="stride:64")
+        run_attention(block, step_trace, "verilator", "plant", plant=plant, steps="stride:64")
     assert "RTL" in str(e.value)
 
 
@@ -217,14 +217,14 @@ def test_projections_on_the_mac_unit(request, step_trace, block, stall):
     """q, k and v, the output projection and the LM head of the trace (the shipped trace: every 64th
     step; the small one: every 4th), at the accelerator's MAC geometry, on Verilator."""
     steps = "stride:64" if request.config.getoption("--step-trace", default=None) else "stride:4"
-    run_projection(block, step_trace, "verilator", f"stall{stall}", FASTCAR_STALL=str(stall),
-                   FASTCAR_SEED="15", FASTCAR_STEPS=steps)
+    run_projection(block, step_trace, "verilator", f"stall{stall}", stall=stall,
+                   seed=15, steps=steps)
 
 
 @pytest.mark.skipif("icarus" not in available_simulators(), reason="Icarus Verilog is not installed")
 def test_projection_on_icarus(small_trace):
-    run_projection("o_head", small_trace, "icarus", "icarus", FASTCAR_STALL="0.2", FASTCAR_SEED="16",
-                   FASTCAR_STEPS="stride:32")
+    run_projection("o_head", small_trace, "icarus", "icarus", stall=0.2, seed=16,
+                   steps="stride:32")
 
 
 @pytest.mark.parametrize("block, plant, named", [
@@ -232,8 +232,8 @@ def test_projection_on_icarus(small_trace):
     ("o_head", "logits:0:0:7", "step 0, block projection .logits., row 0, element 7")])
 def test_a_planted_wrong_projection_is_named(step_trace, block, plant, named):
     with pytest.raises(CocotbFailure, match=named):
-        run_projection(block, step_trace, "verilator", "plant", FASTCAR_PLANT=plant,
-                       FASTCAR_STEPS="stride:64")
+        run_projection(block, step_trace, "verilator", "plant", plant=plant,
+                       steps="stride:64")
 
 
 
@@ -241,17 +241,17 @@ def test_a_planted_wrong_projection_is_named(step_trace, block, plant, named):
 @pytest.mark.parametrize("stall", [0.0, 0.4])
 def test_axi_reader_streams_regions(stall):
     """Regions read through cocotbext-axi's AxiRamRead, with and without pauses on every channel."""
-    run_axi_reader("verilator", f"stall{stall}", FASTCAR_STALL=str(stall), FASTCAR_SEED="18")
+    run_axi_reader("verilator", f"stall{stall}", stall=stall, seed=18)
 
 
 @pytest.mark.skipif("icarus" not in available_simulators(), reason="Icarus Verilog is not installed")
 def test_axi_reader_on_icarus():
-    run_axi_reader("icarus", "icarus", FASTCAR_STALL="0.3", FASTCAR_SEED="19")
+    run_axi_reader("icarus", "icarus", stall=0.3, seed=19)
 
 
 def test_axi_reader_names_a_planted_wrong_word():
     with pytest.raises(CocotbFailure, match="region 0 .20 words at 0xfe8., word 5: RTL"):
-        run_axi_reader("verilator", "plant", FASTCAR_PLANT="5")
+        run_axi_reader("verilator", "plant", plant="5")
 
 
 
@@ -261,23 +261,23 @@ def test_token_head_draws_the_trace(request, step_trace, stall):
     """From the last layer's residual rows to the tokens: the final norm, the LM head over the image
     tokens and the sampler, every z and token (the shipped trace: every 32nd sample, each alone; the
     small trace: every sample, back to back), on Verilator."""
-    stride = "32" if request.config.getoption("--step-trace", default=None) else "1"
-    run_token_head(step_trace, "verilator", f"stall{stall}", FASTCAR_STALL=str(stall), FASTCAR_SEED="21",
-                   FASTCAR_STRIDE=stride)
+    stride = 32 if request.config.getoption("--step-trace", default=None) else 1
+    run_token_head(step_trace, "verilator", f"stall{stall}", stall=stall, seed=21,
+                   stride=stride)
 
 
 @pytest.mark.skipif("icarus" not in available_simulators(), reason="Icarus Verilog is not installed")
 def test_token_head_on_icarus(small_trace):
-    run_token_head(small_trace, "icarus", "icarus", FASTCAR_STALL="0.2", FASTCAR_SEED="22",
-                   FASTCAR_STRIDE="16")
+    run_token_head(small_trace, "icarus", "icarus", stall=0.2, seed=22,
+                   stride=16)
 
 
 @pytest.mark.parametrize("plant, named", [("z:1:0:5", "prompt 0, element 5"),
                                            ("token:2:1", "prompt 1: RTL token")])
 def test_token_head_names_a_planted_wrong_value(step_trace, plant, named):
     with pytest.raises(CocotbFailure, match="block token head") as e:
-        run_token_head(step_trace, "verilator", f"plant-{plant.replace(':', '_')}", FASTCAR_PLANT=plant,
-                       FASTCAR_STRIDE="1")
+        run_token_head(step_trace, "verilator", f"plant-{plant.replace(':', '_')}", plant=plant,
+                       stride=1)
     assert named in str(e.value) and "step " in str(e.value)
 
 
@@ -289,12 +289,12 @@ def test_token_head_names_a_planted_wrong_value(step_trace, plant, named):
 def test_mlp_with_given_decisions(step_trace, stall):
     """The MLP with FastCar in the step: every step and layer of the trace, each row's decision given
     with it, every output computed or replayed, on Verilator."""
-    run_step_mlp(step_trace, "verilator", f"stall{stall}", FASTCAR_STALL=str(stall), FASTCAR_SEED="23")
+    run_step_mlp(step_trace, "verilator", f"stall{stall}", stall=stall, seed=23)
 
 
 def test_step_mlp_names_a_planted_wrong_element(step_trace):
     with pytest.raises(CocotbFailure, match="step 7, layer 1, block mlp, row 2") as e:
-        run_step_mlp(step_trace, "verilator", "plant", FASTCAR_PLANT="7:1:2:3")
+        run_step_mlp(step_trace, "verilator", "plant", plant="7:1:2:3")
     assert "element 3" in str(e.value)
 
 
@@ -303,17 +303,17 @@ def test_step_mlp_names_a_planted_wrong_element(step_trace):
 @pytest.mark.parametrize("stall", [0.0, 0.4])
 def test_axi_writer_writes_regions(stall):
     """Regions written through cocotbext-axi's AxiRamWrite, with and without pauses on every channel."""
-    run_axi_writer("verilator", f"stall{stall}", FASTCAR_STALL=str(stall), FASTCAR_SEED="24")
+    run_axi_writer("verilator", f"stall{stall}", stall=stall, seed=24)
 
 
 @pytest.mark.skipif("icarus" not in available_simulators(), reason="Icarus Verilog is not installed")
 def test_axi_writer_on_icarus():
-    run_axi_writer("icarus", "icarus", FASTCAR_STALL="0.3", FASTCAR_SEED="25")
+    run_axi_writer("icarus", "icarus", stall=0.3, seed=25)
 
 
 def test_axi_writer_names_a_planted_wrong_word():
     with pytest.raises(CocotbFailure, match="region 0 .20 words at 0xfe8., word 5: RTL wrote"):
-        run_axi_writer("verilator", "plant", FASTCAR_PLANT="5")
+        run_axi_writer("verilator", "plant", plant="5")
 
 
 
@@ -323,14 +323,14 @@ def test_qkv_from_the_residual(request, step_trace, stall):
     """q, k (after RoPE) and v of every head and row from the residual rows into each layer (the
     shipped trace: every 16th step; the small trace: every 4th), on Verilator."""
     steps = "stride:16" if request.config.getoption("--step-trace", default=None) else "stride:4"
-    run_qkv(step_trace, "verilator", f"stall{stall}", FASTCAR_STALL=str(stall), FASTCAR_SEED="26",
-            FASTCAR_STEPS=steps)
+    run_qkv(step_trace, "verilator", f"stall{stall}", stall=stall, seed=26,
+            steps=steps)
 
 
 @pytest.mark.skipif("icarus" not in available_simulators(), reason="Icarus Verilog is not installed")
 def test_qkv_on_icarus(small_trace):
-    run_qkv(small_trace, "icarus", "icarus", FASTCAR_STALL="0.2", FASTCAR_SEED="27",
-            FASTCAR_STEPS="stride:32")
+    run_qkv(small_trace, "icarus", "icarus", stall=0.2, seed=27,
+            steps="stride:32")
 
 
 @pytest.mark.parametrize("plant, named", [
@@ -338,7 +338,7 @@ def test_qkv_on_icarus(small_trace):
     ("v:8:0:0:0:0", "step 8, layer 0, block qkv, row 0, head 0, v element 0")])
 def test_qkv_names_a_planted_wrong_element(step_trace, plant, named):
     with pytest.raises(CocotbFailure, match=named):
-        run_qkv(step_trace, "verilator", f"plant-{plant[0]}", FASTCAR_PLANT=plant, FASTCAR_STEPS="stride:4")
+        run_qkv(step_trace, "verilator", f"plant-{plant[0]}", plant=plant, steps="stride:4")
 
 
 
@@ -350,14 +350,14 @@ def test_attention_layer_from_the_residual(request, step_trace, stall):
     8th, every 16th under stalls), on Verilator."""
     shipped = request.config.getoption("--step-trace", default=None)
     steps = f"stride:{64 if shipped else 8 * (1 + (stall > 0))}"
-    run_attention_layer(step_trace, "verilator", f"stall{stall}", FASTCAR_STALL=str(stall), FASTCAR_SEED="28",
-                        FASTCAR_STEPS=steps)
+    run_attention_layer(step_trace, "verilator", f"stall{stall}", stall=stall, seed=28,
+                        steps=steps)
 
 
 def test_attention_layer_names_a_planted_wrong_element(step_trace):
     with pytest.raises(CocotbFailure, match="step 8, layer 1, block attention_layer, row 3, element 7"):
-        run_attention_layer(step_trace, "verilator", "plant", FASTCAR_PLANT="8:1:3:7",
-                            FASTCAR_STEPS="stride:8")
+        run_attention_layer(step_trace, "verilator", "plant", plant="8:1:3:7",
+                            steps="stride:8")
 
 
 
@@ -367,13 +367,13 @@ def test_decoder_layer_from_the_residual(request, step_trace):
     prompt and the first 80 image tokens, 85 steps; the small trace: the prompt and its first frame and
     8 tokens of the second, 77 steps, 34 rows replayed), on Verilator with idle inputs and backpressure."""
     steps = "first:85" if request.config.getoption("--step-trace", default=None) else "first:77"
-    run_decoder_layer(step_trace, "verilator", "stall0.2", FASTCAR_STALL="0.2", FASTCAR_SEED="29",
-                      FASTCAR_STEPS=steps)
+    run_decoder_layer(step_trace, "verilator", "stall0.2", stall=0.2, seed=29,
+                      steps=steps)
 
 
 def test_decoder_layer_names_a_planted_wrong_element(step_trace):
     with pytest.raises(CocotbFailure, match="step 3, layer 1, block decoder_layer, row 2, element 4"):
-        run_decoder_layer(step_trace, "verilator", "plant", FASTCAR_PLANT="3:1:2:4", FASTCAR_STEPS="first:5")
+        run_decoder_layer(step_trace, "verilator", "plant", plant="3:1:2:4", steps="first:5")
 
 
 
@@ -388,8 +388,8 @@ def test_decode_steps_whole(request, step_trace):
     first frame and 8 tokens of the second), on Verilator with idle inputs, backpressure and memory
     pauses."""
     steps = "first:85" if request.config.getoption("--step-trace", default=None) else "first:77"
-    run_decode_step(step_trace, "verilator", "stall0.2", FASTCAR_STALL="0.2", FASTCAR_SEED="30",
-                    FASTCAR_STEPS=steps)
+    run_decode_step(step_trace, "verilator", "stall0.2", stall=0.2, seed=30,
+                    steps=steps)
 
 
 @pytest.mark.xdist_group("decode_step")
@@ -399,8 +399,8 @@ def test_decode_steps_whole(request, step_trace):
 def test_decode_step_names_a_planted_wrong_value(step_trace, plant, named):
     start = load_full_step(step_trace, verify=False).manifest["prompt_len"]
     with pytest.raises(CocotbFailure, match=named):
-        run_decode_step(step_trace, "verilator", f"plant-{plant.split(':')[0]}", FASTCAR_PLANT=plant,
-                        FASTCAR_STEPS=f"first:{start + 3}")
+        run_decode_step(step_trace, "verilator", f"plant-{plant.split(':')[0]}", plant=plant,
+                        steps=f"first:{start + 3}")
 
 
 @pytest.mark.xdist_group("decode_step")
@@ -411,11 +411,11 @@ def test_decode_steps_from_a_later_step(small_trace, tmp_path):
     import json
 
     out = tmp_path / "rtl.json"
-    run_decode_step(small_trace, "verilator", "from", FASTCAR_STEPS="from:40:5", FASTCAR_OUT=str(out))
+    run_decode_step(small_trace, "verilator", "from", steps="from:40:5", out=out)
     rtl = json.loads(out.read_text())
     assert rtl["steps"] == list(range(40, 45)) and len(rtl["tokens"]) == 5 * 2
     with pytest.raises(CocotbFailure, match="step 69 replays the output of step 5"):
-        run_decode_step(small_trace, "verilator", "from-refused", FASTCAR_STEPS="from:60:12")
+        run_decode_step(small_trace, "verilator", "from-refused", steps="from:60:12")
 
 
 @pytest.mark.xdist_group("decode_step")
@@ -427,10 +427,10 @@ def test_decode_steps_from_a_later_step_with_the_replay_cache_preloaded(small_tr
     tr = load_full_step(small_trace, verify=False)
     replay = tr.t["replay"][100:108]
     assert 0 < replay.sum() < replay.size          # rows replayed from the preload, and rows computed
-    run_decode_step(small_trace, "verilator", "preload", FASTCAR_STEPS="from:100:8", FASTCAR_PRELOAD="1")
+    run_decode_step(small_trace, "verilator", "preload", steps="from:100:8", preload=True)
     with pytest.raises(CocotbFailure, match=r"step 10\d, layer \d, block decoder_layer, row \d, element"):
-        run_decode_step(small_trace, "verilator", "preload-plant", FASTCAR_STEPS="from:100:8",
-                        FASTCAR_PRELOAD="1", FASTCAR_PLANT="preload")
+        run_decode_step(small_trace, "verilator", "preload-plant", steps="from:100:8",
+                        preload=True, plant="preload")
 
 
 @pytest.mark.xdist_group("decode_step")
@@ -441,8 +441,8 @@ def test_decode_steps_make_the_video(small_trace, tmp_path):
     import json
 
     out = tmp_path / "rtl.json"
-    run_decode_step(small_trace, "verilator", "video", taps=False, FASTCAR_VIDEO="1", FASTCAR_STEPS="all",
-                    FASTCAR_OUT=str(out))
+    run_decode_step(small_trace, "verilator", "video", taps=False, video=True, steps="all",
+                    out=out)
     tr = load_full_step(small_trace, verify=False)
     rtl = json.loads(out.read_text())
     assert rtl["video"] and len(rtl["steps"]) == tr.manifest["dims"]["steps"]

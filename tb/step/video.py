@@ -39,8 +39,8 @@ def run(out: Path, prompts, mode_flags, *, force: bool, sdram: float = 0.0) -> d
         tr = load_full_step(trace, verify=False)
         m, t = tr.manifest, tr.t
         t0 = time.monotonic()
-        run_decode_step(trace, "verilator", "video", taps=False, FASTCAR_VIDEO="1", FASTCAR_STEPS="all",
-                        FASTCAR_OUT=str(tmp / "rtl.json"), FASTCAR_SDRAM=str(sdram))
+        run_decode_step(trace, "verilator", "video", taps=False, video=True, steps="all",
+                        out=tmp / "rtl.json", sdram=sdram)
         seconds = time.monotonic() - t0
         rtl = json.loads((tmp / "rtl.json").read_text())
 

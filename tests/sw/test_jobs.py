@@ -215,18 +215,19 @@ def test_the_frontier_through_a_scheduler_gives_the_same_entries(scheduler, monk
     assert there == here
 
 
-def _fake_simulate(trace, mode, a, spec, sdram, preload, variant):
-    """A stand-in for the RTL run of one chunk: cycles and bytes made up from the steps, and a record
-    of the build directory it held and when, under the trace's folder."""
+def _fake_simulate(job, bench, variant):
+    """A stand-in for the RTL run of one chunk (``tb.step.e2e.simulate_chunk``): cycles and bytes made
+    up from the steps, and a record of the build directory it held and when, under the trace's
+    folder."""
     t0 = time.time()
     time.sleep(0.3)
-    lo, count = (int(x) for x in spec.split(":")[1:])
+    lo, count = (int(x) for x in bench.steps.split(":")[1:])
     steps = list(range(lo, lo + count))
-    runs = Path(trace).parent / "runs"
+    runs = Path(job.trace).parent / "runs"
     runs.mkdir(exist_ok=True)
-    (runs / f"{mode}-{a}-{uuid.uuid4().hex}.json").write_text(json.dumps(
+    (runs / f"{job.mode}-{job.a}-{uuid.uuid4().hex}.json").write_text(json.dumps(
         {"variant": variant, "t0": t0, "t1": time.time(), "pid": os.getpid()}))
-    return {"steps": steps, "cycles": [1000 + 7 * s + int(preload) for s in steps],
+    return {"steps": steps, "cycles": [1000 + 7 * s + int(bench.preload) for s in steps],
             "step_bytes": [[64 * s, 8 * s] for s in steps], "data_width": 64, "mv": [8, 8]}
 
 
@@ -243,7 +244,7 @@ def test_e2e_chunks_go_through_the_scheduler(scheduler, tmp_path, monkeypatch):
     monkeypatch.setattr(tb.step.calibrate, "trace_dir", lambda mode: tmp_path / "traces" / mode)
     monkeypatch.setattr(e2e, "simulate_chunk", _fake_simulate)
     S, n = 10, 4
-    todo = [(mode, S, a, m) for mode in ("dense", "fastcar") for a, m in e2e.chunks(S, n)]
+    todo = [e2e.Chunk(mode, S, a, m) for mode in ("dense", "fastcar") for a, m in e2e.chunks(S, n)]
     got = e2e.measure(todo, sdram=2.8, out=tmp_path / "out", build_tag="cal", jobs=2, scheduler=scheduler)
     assert list(got) == [f"{mode}/{a:04d}" for mode, _, a, _ in todo]
     runs = [json.loads(p.read_text()) for p in (tmp_path / "traces" / "runs").iterdir()]
