@@ -1,5 +1,7 @@
-"""Repository-wide pytest options: ``--trace-dir`` picks the trace that the RTL is checked on."""
+"""Repository-wide pytest options: ``--trace-dir`` picks the trace that the RTL is checked on;
+``--waves`` dumps waveforms."""
 
+import os
 from pathlib import Path
 
 import pytest
@@ -24,9 +26,22 @@ def pytest_addoption(parser):
                           "(default 3, which the test suite and CI run)")
     parser.addoption("--stall", type=float, default=0.3,
                      help="probability of an idle or backpressure cycle on every stream")
+    parser.addoption("--waves", action="store_true",
+                     help="dump waveforms: every cocotb run into its build directory, the register "
+                          "slice's amaranth.sim runs into build/vcd (the same as WAVES=1)")
+    parser.addoption("--formal-deep", action="store_true",
+                     help="tests/formal: the properties that have one at their longer depth (minutes)")
     parser.addoption("--bench-points", default=None, metavar="FILE",
                      help="tb/accelerator/bench_points.py: the points to measure (python -m tb.bench "
                           "writes it)")
+
+
+def pytest_configure(config):
+    if config.getoption("--waves"):
+        # cocotb's own switch, which tb.runner and cocotb's runner read, here and in every worker.
+        from tb.runner import WAVES_ENV
+
+        os.environ[WAVES_ENV] = "1"
 
 
 def pytest_generate_tests(metafunc):

@@ -100,7 +100,6 @@ def sim(session):
     # exact ties are where a changed rounding rule shows).
     for corners in ("golden/corners", "golden/corners-small"):
         session.run("python", "-m", "sw.trace", corners)
-    env = {"FASTCAR_WAVES": "1"} if args.waves else {}
     # Seeds and modes are separate tests: pytest-xdist runs them side by side, and the session ends
     # with one summary table (conftest.py).
     # With --waves the runs share one waveform file in the build directory, so they run one by one.
@@ -111,7 +110,7 @@ def sim(session):
     blocks = ["tests/hw/accel/test_dispatcher_sim.py", "tests/hw/lib/test_reorder_buffer_sim.py", "tests/hw/accel/test_replay_cache_sim.py"]
     session.run("pytest", "-q", "-n", workers, "--dist", "worksteal", "tb/accelerator", *blocks,
                 "-k", "stalls or starved or cycles or (corner_trace and verilator) or _sim.py",
-                f"--trace-dir={args.trace}", *rest, env=env)
+                f"--trace-dir={args.trace}", *(["--waves"] if args.waves else []), *rest)
 
 
 #: The full-step trace's modes for ``nox -s step -- --mode M``: the export flags of each

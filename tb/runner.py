@@ -236,6 +236,23 @@ def build(make_top, toplevel: str, build_dir: Path, sim: str, *, waves: bool = F
     return runner
 
 
+#: The environment variable that asks for waveforms: cocotb's own (its runner reads it too). pytest's
+#: ``--waves`` (conftest.py) sets it.
+WAVES_ENV = "WAVES"
+
+
+def waves_requested(environ=None) -> bool:
+    """Whether runs dump waveforms: :data:`WAVES_ENV` set to ``1``, ``yes``, ``y``, ``on``, ``true`` or
+    ``enable`` (any case), as cocotb reads it; ``ValueError`` on a value that is none of those nor
+    ``0``, ``no``, ``n``, ``off``, ``false``, ``disable`` or empty."""
+    value = (os.environ if environ is None else environ).get(WAVES_ENV, "").strip()
+    if value.lower() in ("1", "yes", "y", "on", "true", "enable"):
+        return True
+    if value.lower() in ("", "0", "no", "n", "off", "false", "disable"):
+        return False
+    raise ValueError(f"{WAVES_ENV}={value!r}: expected 1/yes/on/true or 0/no/off/false")
+
+
 def bench_file(build_dir: Path, tag: str = "") -> Path:
     """The configuration file of the run ``tag`` in ``build_dir`` (:func:`run_cocotb` writes it)."""
     return Path(build_dir) / (f"bench-{tag}.json" if tag else "bench.json")
@@ -259,14 +276,15 @@ def run_cocotb(make_top, *, toplevel: str, test_module: str, test_dir: Path, bui
     testbench's configuration: it is written to ``bench-<tag>.json`` in ``build_dir``
     (:func:`bench_file`) and named in the simulator's environment variable ``BENCH_CONFIG``, where the
     testbench reads it (:func:`bench_config`); the results go to ``results-<tag>.xml`` beside it.
-    Set ``FASTCAR_WAVES=1`` to dump waveforms into ``build_dir``. ``extra_sources`` are further
+    With ``WAVES=1`` in the environment (:func:`waves_requested`; pytest's ``--waves``), the simulator
+    dumps waveforms into ``build_dir``. ``extra_sources`` are further
     Verilog files (simulation models of vendor primitives); ``key``, ``public``, ``fast`` and
     ``public_vars`` as in :func:`build`.
     Returns the number of cocotb tests that ran.
     """
     from sw.config import BENCH_CONFIG_ENV, BenchConfig
 
-    waves = os.environ.get("FASTCAR_WAVES", "0") not in ("", "0")
+    waves = waves_requested()
     runner = build(make_top, toplevel, build_dir, sim, waves=waves, extra_sources=extra_sources,
                    key=key, public=public, fast=fast, public_vars=public_vars)
     results = Path(build_dir) / (f"results-{tag}.xml" if tag else "results.xml")

@@ -60,7 +60,7 @@ class Property:
     holds : bool
         Whether the design satisfies it (``False`` records a known violation of the RTL).
     deep : int or None
-        A longer BMC depth for the deep run (``FASTCAR_FORMAL_DEEP=1``).
+        A longer BMC depth for the deep run (``pytest tests/formal --formal-deep``).
     nomem : bool
         Memories mapped to registers before solving (:func:`tb.formal.check`'s ``nomem``);
         ``False`` keeps them as arrays for the solver (a 1,024-word block RAM).

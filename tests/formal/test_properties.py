@@ -2,8 +2,6 @@
 same check on a copy of the block with a planted bug (tb/mutants.py) must find a counterexample
 that names the expected assertion."""
 
-import os
-
 import pytest
 
 from hw.formal.properties import PROPERTIES, by_name
@@ -13,13 +11,11 @@ from tb.mutants import by_name as mutant
 pytestmark = pytest.mark.usefixtures("formal_tools")
 
 
-#: FASTCAR_FORMAL_DEEP=1 runs the properties that have one at their longer depth (minutes).
-DEEP = os.environ.get("FASTCAR_FORMAL_DEEP", "") not in ("", "0")
-
-
 @pytest.mark.parametrize("prop", [p for p in PROPERTIES if p.holds], ids=lambda p: p.name)
-def test_property(prop):
-    depth = prop.deep if DEEP and prop.deep else prop.depth
+def test_property(prop, request):
+    """The property holds; with ``--formal-deep``, at its longer depth where it has one (minutes)."""
+    deep = request.config.getoption("--formal-deep")
+    depth = prop.deep if deep and prop.deep else prop.depth
     result = check(prop.wrapper(), prop.name, mode=prop.mode, depth=depth, timeout=3600, nomem=prop.nomem)
     assert result.passed, result.summary()
 

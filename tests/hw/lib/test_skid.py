@@ -3,7 +3,6 @@ sustains one beat per cycle at its stated latency; and has no combinational path
 directions its mode registers."""
 
 import gc
-import os
 import re
 import warnings
 from pathlib import Path
@@ -16,6 +15,7 @@ from amaranth.sim import Simulator
 
 from hw.lib.skid import SkidBuffer
 from tb.mutation import Mutation
+from tb.runner import waves_requested
 
 MODES = SkidBuffer.MODES
 #: Cycles from a beat accepted on ``i`` to the same beat valid on ``o``.
@@ -27,8 +27,9 @@ WIDE = data.StructLayout({"first": 1, "last": 1, "data": 766})     # 768 bits
 
 
 def run(sim, name):
-    """Run ``sim``; with ``FASTCAR_VCD=1`` also write ``build/vcd/<name>.vcd``."""
-    if os.environ.get("FASTCAR_VCD", "") in ("", "0"):
+    """Run ``sim``; with waveforms asked for (``WAVES=1`` or pytest's ``--waves``:
+    :func:`tb.runner.waves_requested`) also write ``build/vcd/<name>.vcd``."""
+    if not waves_requested():
         sim.run()
         return
     out = Path(__file__).resolve().parents[3] / "build" / "vcd"
