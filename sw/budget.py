@@ -8,8 +8,8 @@ lower bounds, so a refusal is always right, and an acceptance leaves room for th
 
 The limits are what the machine has now: ``MemAvailable`` of ``/proc/meminfo`` (or the physical
 memory where that file does not exist) and the free space of the output's file system.
-``FASTCAR_MEMORY_LIMIT`` (bytes, or a number with ``K``, ``M``, ``G``) sets a lower memory limit,
-for tests and shared machines.
+The environment variable ``BUDGET_MEMORY_LIMIT`` (:data:`MEMORY_LIMIT_ENV`; bytes, or a number with
+``K``, ``M``, ``G``) sets a lower memory limit, for tests and shared machines.
 """
 
 from __future__ import annotations
@@ -21,6 +21,8 @@ from pathlib import Path
 #: Share of the available memory an estimate may take: the rest is for the interpreter, torch,
 #: the arrays the estimate does not count, and everything else running.
 MEMORY_SHARE = 0.8
+#: The environment variable of a lower memory limit than the machine's.
+MEMORY_LIMIT_ENV = "BUDGET_MEMORY_LIMIT"
 
 
 class BudgetError(ValueError):
@@ -34,7 +36,7 @@ def parse_size(text: str) -> int:
     try:
         return int(float(t[:-1] if mult > 1 else t) * mult)
     except ValueError:
-        raise BudgetError(f"FASTCAR_MEMORY_LIMIT: not a size: {text!r}") from None
+        raise BudgetError(f"{MEMORY_LIMIT_ENV}: not a size: {text!r}") from None
 
 
 def available_memory() -> int:
@@ -52,7 +54,7 @@ def available_memory() -> int:
             avail = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
         except (ValueError, OSError, AttributeError):
             avail = 1 << 62
-    limit = os.environ.get("FASTCAR_MEMORY_LIMIT")
+    limit = os.environ.get(MEMORY_LIMIT_ENV)
     return min(avail, parse_size(limit)) if limit else avail
 
 

@@ -22,6 +22,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
+from sw.budget import MEMORY_LIMIT_ENV
 from sw.spec import quant
 from tb.board.small_trace import write_small_trace
 
@@ -395,10 +396,10 @@ def test_export_of_100000_frames_is_refused_at_once(tmp_path):
     ["sw/model/generate.py", "--frames", "40", "--prompt", "red square moves right"],
 ])
 def test_memory_limit_is_applied(tiny_ckpt, tmp_path, command):
-    """Under a lower memory limit (FASTCAR_MEMORY_LIMIT), a size that fits the machine is refused
+    """Under a lower memory limit (sw.budget.MEMORY_LIMIT_ENV), a size that fits the machine is refused
     the same way, so the refusal follows the limit and not a fixed number of frames."""
     out = tmp_path / ("out" if "export" in command[0] else "grid.png")
-    env = {**os.environ, "FASTCAR_MEMORY_LIMIT": "64K"}
+    env = {**os.environ, MEMORY_LIMIT_ENV: "64K"}
     r = subprocess.run([sys.executable, *command, "--checkpoint", str(tiny_ckpt), "--out", str(out)],
                        cwd=REPO, capture_output=True, text=True, timeout=600, env=env)
     assert_one_clear_line(r, "--frames 40", "of memory", "64.0 KB available")
@@ -407,7 +408,7 @@ def test_memory_limit_is_applied(tiny_ckpt, tmp_path, command):
 
 def test_simulation_selection_is_refused(tmp_path):
     """What nox -s sim runs first: the selection times the simulator processes against the limit."""
-    env = {**os.environ, "FASTCAR_MEMORY_LIMIT": "1M"}
+    env = {**os.environ, MEMORY_LIMIT_ENV: "1M"}
     r = subprocess.run([sys.executable, "-m", "sw.trace", "golden/fastcar", "--sim-groups", "full",
                         "--processes", "2"], cwd=REPO, capture_output=True, text=True, timeout=600, env=env)
     assert_one_clear_line(r, "--groups full (2,048 groups", "of memory", "1.0 MB available")
@@ -432,9 +433,9 @@ def test_generate_refuses_before_the_kv_cache(tiny_ckpt, monkeypatch):
 
     ck = load_checkpoint(tiny_ckpt)
     cond, uncond = ck.layout.prompt_batch(data.DEFAULT_PROMPTS[:1])
-    monkeypatch.setenv("FASTCAR_MEMORY_LIMIT", "16K")
+    monkeypatch.setenv(budget.MEMORY_LIMIT_ENV, "16K")
     with pytest.raises(budget.BudgetError, match=r"frames=2 \(2 rows\): needs about .* of memory"):
         generate(ck.model, cond, 2, cfg_scale=1.5, uncond_prompt_tokens=uncond, progress=False)
-    monkeypatch.delenv("FASTCAR_MEMORY_LIMIT")
+    monkeypatch.delenv(budget.MEMORY_LIMIT_ENV)
     tokens, _ = generate(ck.model, cond, 2, cfg_scale=1.5, uncond_prompt_tokens=uncond, progress=False)
     assert tokens.shape[:2] == (1, 2)
