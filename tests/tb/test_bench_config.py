@@ -1,12 +1,17 @@
 """The testbenches' one configuration (``sw.config.BenchConfig``): it survives its JSON file exactly,
-and a bad file is refused in one message that names the file and the field."""
+a bad file is refused in one message that names the file and the field, and no ad-hoc environment
+variable with the project's old prefix is read or set anywhere in the source."""
 
 import json
+import re
+import shutil
 from pathlib import Path
 
 import pytest
 
 from sw.config import BENCH_CONFIG_ENV, DEFAULT_ACCEL, SMALL_ACCEL, BenchConfig, ConfigError
+
+REPO = Path(__file__).resolve().parents[2]
 
 #: A config with every field away from its default.
 FULL = BenchConfig(trace="/traces/t", accel=SMALL_ACCEL, groups="cover:8", seed=30, stall=0.3, x_stall=0.9,
@@ -83,3 +88,64 @@ def test_require_names_a_missing_field():
     assert BenchConfig(trace="/t").require("trace") == "/t"
     with pytest.raises(ConfigError, match="field 'accel' is not set"):
         BenchConfig().require("accel")
+
+
+# --------------------------------------------------------------------------------------------------
+# No environment variable of the old kind: the testbenches take a BenchConfig, the rest options.
+
+#: The prefix of the environment variables the testbenches used to be configured by (spelled in two
+#: parts, so that this file does not name one).
+OLD_PREFIX = "FASTCAR" + "_"
+#: What is scanned: the code, its tests and sessions, CI and the docs that show how to run them.
+SCANNED = ("sw", "hw", "tb", "tests", "conftest.py", "noxfile.py", "pyproject.toml", ".ci", "docs",
+           "README.md", "golden/README.md")
+#: Files read as text (and files without a suffix, such as CI's scripts).
+TEXT = {".py", ".md", ".toml", ".cfg", ".ini", ".txt", ".sh", ".json", ".v", ".yml", ".yaml", ""}
+
+
+def old_variables(root: Path = REPO) -> list[str]:
+    """Every line of the scanned source (:data:`SCANNED`) that names a variable with
+    :data:`OLD_PREFIX`, as ``path:line: text``: any read (``os.environ[...]``, ``.get``,
+    ``os.getenv``), any setting (an environment dict, ``monkeypatch.setenv``, a shell export) and any
+    mention in a docstring or the docs, which would describe a switch that does nothing."""
+    pattern = re.compile(re.escape(OLD_PREFIX) + r"\w*")
+    found = []
+    for name in SCANNED:
+        top = root / name
+        files = [top] if top.is_file() else sorted(top.rglob("*")) if top.is_dir() else []
+        for path in files:
+            if not path.is_file() or path.suffix not in TEXT or "__pycache__" in path.parts:
+                continue
+            try:
+                lines = path.read_text().splitlines()
+            except UnicodeDecodeError:
+                continue
+            found += [f"{path.relative_to(root)}:{i}: {line.strip()}"
+                      for i, line in enumerate(lines, 1) if pattern.search(line)]
+    return found
+
+
+def test_no_environment_variable_of_the_old_kind():
+    found = old_variables()
+    assert found == [], ("the testbenches are configured by sw.config.BenchConfig (tb/runner.py), the rest "
+                         "by options; these still name an old environment variable:\n" + "\n".join(found))
+
+
+def test_the_scan_catches_a_planted_variable(tmp_path):
+    """A planted read in a testbench and a planted setting in the sessions, in a copy of the tree, are
+    found by file and line; the copy is clean before."""
+    root = tmp_path / "repo"
+    for name in ("tb", "tests"):
+        shutil.copytree(REPO / name, root / name, ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("conftest.py", "noxfile.py"):
+        shutil.copy(REPO / name, root / name)
+    assert old_variables(root) == []
+    bench = root / "tb" / "step" / "bench.py"
+    text = bench.read_text().splitlines()
+    text.append(f'X = os.environ["{OLD_PREFIX}X"]')
+    bench.write_text("\n".join(text) + "\n")
+    nox = root / "noxfile.py"
+    nox.write_text(nox.read_text() + f'\nENV = {{"{OLD_PREFIX}WAVES": "1"}}\n')
+    found = old_variables(root)
+    assert [f.split(": ", 1)[0] for f in found] == [
+        f"tb/step/bench.py:{len(text)}", f"noxfile.py:{len(nox.read_text().splitlines())}"], found
