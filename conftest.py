@@ -27,8 +27,8 @@ def pytest_addoption(parser):
     parser.addoption("--stall", type=float, default=0.3,
                      help="probability of an idle or backpressure cycle on every stream")
     parser.addoption("--waves", action="store_true",
-                     help="dump waveforms: every cocotb run into its build directory, the register "
-                          "slice's amaranth.sim runs into build/vcd (the same as WAVES=1)")
+                     help="dump waveforms (the same as WAVES=1): every cocotb run (Verilator: dump.vcd in "
+                          "the testbench's directory), the register slice's amaranth.sim runs into build/vcd")
     parser.addoption("--formal-deep", action="store_true",
                      help="tests/formal: the properties that have one at their longer depth (minutes)")
     parser.addoption("--bench-points", default=None, metavar="FILE",

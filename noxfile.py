@@ -83,7 +83,7 @@ def sim(session):
     """
     ap = argparse.ArgumentParser(prog="nox -s sim --")
     ap.add_argument("--trace", default="golden/fastcar", help="decode trace directory")
-    ap.add_argument("--waves", action="store_true", help="dump waveforms into the build directory")
+    ap.add_argument("--waves", action="store_true", help="dump waveforms (tb/accelerator/dump.vcd)")
     ap.add_argument("--groups", default="first:8", help="'full' or 'first:N' (passed on to pytest)")
     ap.add_argument("--full", action="store_true", help="the whole trace (passed on to pytest)")
     args, rest = ap.parse_known_args(session.posargs)
@@ -102,7 +102,7 @@ def sim(session):
         session.run("python", "-m", "sw.trace", corners)
     # Seeds and modes are separate tests: pytest-xdist runs them side by side, and the session ends
     # with one summary table (conftest.py).
-    # With --waves the runs share one waveform file in the build directory, so they run one by one.
+    # With --waves the runs share one waveform file, so they run one by one.
     workers = "0" if args.waves else "auto"
     # With them, the stream blocks whose handshakes the accelerator never tests (its reorder buffer
     # and cache output never wait there, the cores are interchangeable) under backpressure on their

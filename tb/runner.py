@@ -277,7 +277,9 @@ def run_cocotb(make_top, *, toplevel: str, test_module: str, test_dir: Path, bui
     (:func:`bench_file`) and named in the simulator's environment variable ``BENCH_CONFIG``, where the
     testbench reads it (:func:`bench_config`); the results go to ``results-<tag>.xml`` beside it.
     With ``WAVES=1`` in the environment (:func:`waves_requested`; pytest's ``--waves``), the simulator
-    dumps waveforms into ``build_dir``. ``extra_sources`` are further
+    dumps waveforms where cocotb puts them: Verilator ``dump.vcd`` in ``test_dir`` (its working
+    directory), Icarus ``<toplevel>.fst`` in ``build_dir`` (from a build made with them: an Icarus
+    build already in ``build_dir`` is not made again). ``extra_sources`` are further
     Verilog files (simulation models of vendor primitives); ``key``, ``public``, ``fast`` and
     ``public_vars`` as in :func:`build`.
     Returns the number of cocotb tests that ran.
