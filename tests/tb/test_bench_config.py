@@ -149,3 +149,14 @@ def test_the_scan_catches_a_planted_variable(tmp_path):
     found = old_variables(root)
     assert [f.split(": ", 1)[0] for f in found] == [
         f"tb/step/bench.py:{len(text)}", f"noxfile.py:{len(nox.read_text().splitlines())}"], found
+
+
+def test_waves_are_asked_for_the_way_cocotb_reads_its_switch():
+    from tb.runner import WAVES_ENV, waves_requested
+
+    cases = (("1", True), ("yes", True), ("TRUE", True), ("0", False), ("off", False), ("", False))
+    for value, want in cases:
+        assert waves_requested({WAVES_ENV: value}) is want, value
+    assert waves_requested({}) is False
+    with pytest.raises(ValueError, match=f"{WAVES_ENV}='sometimes'"):
+        waves_requested({WAVES_ENV: "sometimes"})
