@@ -34,7 +34,8 @@ from tb.step.runner import (  # noqa: F401
     step_accel,
 )
 
-pytestmark = pytest.mark.xdist_group("step")
+# No xdist group: the blocks' tests spread over the workers (their builds are locked, so a second
+# worker waits for a build rather than making it again); the small trace is exported once a worker.
 
 
 @pytest.fixture(scope="module")
@@ -380,7 +381,6 @@ def test_decoder_layer_names_a_planted_wrong_element(step_trace):
 
 
 
-@pytest.mark.xdist_group("decode_step")
 def test_decode_steps_whole(request, step_trace):
     """Whole decode steps from the first: the embeddings and the KV cache over AXI4 in AxiRam, every
     layer, the LM head and the sampler; every r_out, decision, z, token and key and value written
@@ -392,7 +392,6 @@ def test_decode_steps_whole(request, step_trace):
                     steps=steps)
 
 
-@pytest.mark.xdist_group("decode_step")
 @pytest.mark.parametrize("plant, named", [
     ("r_out:3:1:2:4", "step 3, layer 1, block decoder_layer, row 2, element 4"),
     ("token:2:1", "block token head, prompt 1: RTL token")])
@@ -403,7 +402,6 @@ def test_decode_step_names_a_planted_wrong_value(step_trace, plant, named):
                         steps=f"first:{start + 3}")
 
 
-@pytest.mark.xdist_group("decode_step")
 def test_decode_steps_from_a_later_step(small_trace, tmp_path):
     """Steps from the middle of the first frame, the earlier keys and values written into the memory
     from the trace and the sampler's generator advanced past the earlier draws: bit-exact as from
@@ -418,7 +416,6 @@ def test_decode_steps_from_a_later_step(small_trace, tmp_path):
         run_decode_step(small_trace, "verilator", "from-refused", steps="from:60:12")
 
 
-@pytest.mark.xdist_group("decode_step")
 def test_decode_steps_from_a_later_step_with_the_replay_cache_preloaded(small_trace):
     """FastCar from the middle of the second frame: the replay cache written from the trace first
     (its entries of the first frame's steps 36 on and of the second frame's before the run), so
@@ -433,7 +430,6 @@ def test_decode_steps_from_a_later_step_with_the_replay_cache_preloaded(small_tr
                         preload=True, plant="preload")
 
 
-@pytest.mark.xdist_group("decode_step")
 def test_decode_steps_make_the_video(small_trace, tmp_path):
     """The small trace's whole generation (the prompt and 2 frames) by the RTL alone: after the prompt,
     each step's tokens are the ones the RTL drew after the step before (fed back on chip), each
