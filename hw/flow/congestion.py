@@ -40,7 +40,6 @@ HARD = ("MULT18X18D", "DP16KD")
 _BEL = re.compile(r"X(\d+)/Y(\d+)/")
 
 
-
 class CongestionError(Exception):
     """Bad input, reported as one line naming the file and the field."""
 

@@ -45,21 +45,6 @@ CORNERS = Path(__file__).resolve().parents[2] / "golden" / "corners"
 pytestmark = pytest.mark.xdist_group("accelerator")
 
 
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
 def test_trace_under_stalls(trace_dir, request, stall_seed, record_property):
     """Every output byte, replay bit and TAS of the trace, with random idle cycles on the inputs
     (and now and then a pause of about one chunk's length), backpressure on the output (probability
@@ -112,8 +97,6 @@ def test_reset_mid_frame(trace_dir, request):
           f"(groups finished before: {[r['groups_before'] for r in rep['resets']]}); bit-exact after each")
 
 
-
-
 def test_trace_cycles(trace_dir, request, record_property):
     """No stalls, the four modes one after the other in one simulator (configured once, then only
     the control word): FastCar with DRS, with static assignment, with chunk round-robin, and dense
@@ -127,8 +110,6 @@ def test_trace_cycles(trace_dir, request, record_property):
         m = rep["modes"][mode]
         print(f"\n{len(rep['groups'])} groups, {mode}: {m['total_cycles']} cycles")
         print(check_cycle_model(accel_of(trace_dir), trace_dir, rep, mode))
-
-
 
 
 def test_compare_modes_catches_a_slow_drs():

@@ -55,12 +55,6 @@ def step_trace(request, small_trace):
     return Path(given).resolve() if given else small_trace
 
 
-
-
-
-
-
-
 @pytest.mark.parametrize("stall", [0.0, 0.3])
 def test_sampler_draws_the_trace(step_trace, stall):
     """Every z and token of the trace, on Verilator, without and with random idle and backpressure."""
@@ -81,8 +75,6 @@ def test_a_planted_wrong_value_is_named(step_trace, plant, named):
     assert named in str(e.value) and "step " in str(e.value)
 
 
-
-
 @pytest.mark.parametrize("stall", [0.0, 0.3])
 def test_rmsnorm_normalises_the_trace(step_trace, stall):
     """The post-attention norm of every step, layer and row of the trace, on Verilator."""
@@ -98,8 +90,6 @@ def test_a_planted_wrong_norm_is_named(step_trace):
     with pytest.raises(CocotbFailure, match="step 3, layer 1, block rmsnorm") as e:
         run_rmsnorm(step_trace, "verilator", "plant", plant="3:1:0:7")
     assert "row 0, element 7" in str(e.value)
-
-
 
 
 @pytest.mark.parametrize("stall", [0.0, 0.3])
@@ -122,8 +112,6 @@ def test_a_planted_wrong_attention_is_named(step_trace):
     assert "element 3" in str(e.value)
 
 
-
-
 @pytest.mark.parametrize("stall", [0.0, 0.3])
 def test_rope_rotates_as_the_trace(step_trace, stall):
     """Every head of q and k of the trace, on Verilator."""
@@ -138,8 +126,6 @@ def test_rope_on_icarus(small_trace):
 def test_a_planted_wrong_rotation_is_named(step_trace):
     with pytest.raises(CocotbFailure, match="step 2, layer 1, block rope .k., row 0, head 1, element 4"):
         run_rope(step_trace, "verilator", "plant", plant="k:2:1:0:1:4")
-
-
 
 
 @pytest.mark.parametrize("stall", [0.0, 0.3])
@@ -160,8 +146,6 @@ def test_a_planted_wrong_residual_is_named(step_trace, plant, named):
     with pytest.raises(CocotbFailure, match=named.replace("(", ".").replace(")", ".")) as e:
         run_residual(step_trace, "verilator", f"plant-{plant.split(':')[0]}", plant=plant)
     assert "element " + plant.split(":")[-1] in str(e.value)
-
-
 
 
 @pytest.mark.parametrize("block", ["qk_score", "attention_head"])
@@ -210,8 +194,6 @@ def test_a_planted_wrong_score_or_attention_is_named(step_trace, block, plant, n
     assert "RTL" in str(e.value)
 
 
-
-
 @pytest.mark.parametrize("block", ["qkv", "o_head"])
 @pytest.mark.parametrize("stall", [0.0, 0.3])
 def test_projections_on_the_mac_unit(request, step_trace, block, stall):
@@ -237,8 +219,6 @@ def test_a_planted_wrong_projection_is_named(step_trace, block, plant, named):
                        steps="stride:64")
 
 
-
-
 @pytest.mark.parametrize("stall", [0.0, 0.4])
 def test_axi_reader_streams_regions(stall):
     """Regions read through cocotbext-axi's AxiRamRead, with and without pauses on every channel."""
@@ -253,8 +233,6 @@ def test_axi_reader_on_icarus():
 def test_axi_reader_names_a_planted_wrong_word():
     with pytest.raises(CocotbFailure, match="region 0 .20 words at 0xfe8., word 5: RTL"):
         run_axi_reader("verilator", "plant", plant="5")
-
-
 
 
 @pytest.mark.parametrize("stall", [0.0, 0.3])
@@ -282,10 +260,6 @@ def test_token_head_names_a_planted_wrong_value(step_trace, plant, named):
     assert named in str(e.value) and "step " in str(e.value)
 
 
-
-
-
-
 @pytest.mark.parametrize("stall", [0.0, 0.3])
 def test_mlp_with_given_decisions(step_trace, stall):
     """The MLP with FastCar in the step: every step and layer of the trace, each row's decision given
@@ -297,8 +271,6 @@ def test_step_mlp_names_a_planted_wrong_element(step_trace):
     with pytest.raises(CocotbFailure, match="step 7, layer 1, block mlp, row 2") as e:
         run_step_mlp(step_trace, "verilator", "plant", plant="7:1:2:3")
     assert "element 3" in str(e.value)
-
-
 
 
 @pytest.mark.parametrize("stall", [0.0, 0.4])
@@ -315,8 +287,6 @@ def test_axi_writer_on_icarus():
 def test_axi_writer_names_a_planted_wrong_word():
     with pytest.raises(CocotbFailure, match="region 0 .20 words at 0xfe8., word 5: RTL wrote"):
         run_axi_writer("verilator", "plant", plant="5")
-
-
 
 
 @pytest.mark.parametrize("stall", [0.0, 0.3])
@@ -342,8 +312,6 @@ def test_qkv_names_a_planted_wrong_element(step_trace, plant, named):
         run_qkv(step_trace, "verilator", f"plant-{plant[0]}", plant=plant, steps="stride:4")
 
 
-
-
 @pytest.mark.parametrize("stall", [0.0, 0.3])
 def test_attention_layer_from_the_residual(request, step_trace, stall):
     """A layer's whole attention from r_in, the weights and the attended positions' keys and values: every
@@ -361,8 +329,6 @@ def test_attention_layer_names_a_planted_wrong_element(step_trace):
                             steps="stride:8")
 
 
-
-
 def test_decoder_layer_from_the_residual(request, step_trace):
     """Whole layers: every r_out, decision and new key of the steps from the first (the shipped trace: the
     prompt and the first 80 image tokens, 85 steps; the small trace: the prompt and its first frame and
@@ -375,10 +341,6 @@ def test_decoder_layer_from_the_residual(request, step_trace):
 def test_decoder_layer_names_a_planted_wrong_element(step_trace):
     with pytest.raises(CocotbFailure, match="step 3, layer 1, block decoder_layer, row 2, element 4"):
         run_decoder_layer(step_trace, "verilator", "plant", plant="3:1:2:4", steps="first:5")
-
-
-
-
 
 
 def test_decode_steps_whole(request, step_trace):

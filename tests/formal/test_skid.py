@@ -89,7 +89,6 @@ class SkidOrder(PropertyWrapper):
         self.cover(m, gave & (n_out == (1 << W) - 1), "the sequence numbers wrap")
         return m
 
-
     def handshake(self, m, inside):
         """``o.valid`` and ``i.ready`` exactly as the mode promises: no bubble, no needless stall."""
         dut, mode = self.dut, self.mode

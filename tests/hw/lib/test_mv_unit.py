@@ -220,8 +220,11 @@ def test_yosys_maps_the_default_unit_to_64_dsps_and_no_lut_multiplier(tmp_path):
     # The board flow's workaround (hw.flow.synth.BUILD_OVERRIDES): ABC9 trips over the "x[0]" alias names.
     script = (f"read_verilog mv.v; {BUILD_OVERRIDES['script_after_read']}; synth_ecp5 -top mv; "
               "write_json mv.json")
-    r = subprocess.run([_yosys(), "-q", "-p", script], cwd=tmp_path, capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr[-3000:]
+    r = subprocess.run([_yosys(), "-q", "-l", "yosys.log", "-p", script], cwd=tmp_path, capture_output=True,
+                       text=True)
+    log = tmp_path / "yosys.log"
+    assert r.returncode == 0, (f"yosys exit {r.returncode}\nstdout: {r.stdout[-2000:]}\nstderr: {r.stderr[-2000:]}\n"
+                               f"log: {log.read_text()[-3000:] if log.exists() else '(none)'}")
     cells = list(json.loads((tmp_path / "mv.json").read_text())["modules"]["mv"]["cells"].values())
     types = Counter(c["type"] for c in cells)
     assert types["MULT18X18D"] == n_in * n_out, types
