@@ -1,6 +1,7 @@
 """Repository-wide pytest options: ``--trace-dir`` picks the trace that the RTL is checked on;
 ``--waves`` dumps waveforms."""
 
+import contextlib
 import os
 from pathlib import Path
 
@@ -50,6 +51,34 @@ def pytest_generate_tests(metafunc):
         if n < 1:
             raise pytest.UsageError(f"--seeds must be at least 1, not {n}")
         metafunc.parametrize("stall_seed", range(first, first + n), ids=lambda s: f"seed{s}")
+
+
+#: Environment variables that choose the tools a test's own process runs: amaranth takes ``YOSYS``
+#: (and so the Verilog that ``verilog.convert`` writes) from there, so one test that set it would
+#: change what every later test on the same worker builds.
+TOOL_ENV = ("YOSYS", "NEXTPNR_ECP5", "ECPPACK", "OPENFPGALOADER", "AMARANTH_USE_YOSYS", "PATH")
+
+
+@contextlib.contextmanager
+def tool_env_kept():
+    """Raise ``AssertionError`` if the block leaves a :data:`TOOL_ENV` variable changed (after
+    putting it back, so that one leak is not blamed on every later test)."""
+    before = {k: os.environ.get(k) for k in TOOL_ENV}
+    yield
+    changed = sorted(k for k in TOOL_ENV if os.environ.get(k) != before[k])
+    for k in changed:
+        if before[k] is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = before[k]
+    assert not changed, f"the test left {', '.join(changed)} changed in the worker's environment"
+
+
+@pytest.fixture(autouse=True)
+def tools_left_alone():
+    """A test that leaves the tool variables changed fails (give a subprocess its own ``env``)."""
+    with tool_env_kept():
+        yield
 
 
 @pytest.fixture(scope="session")

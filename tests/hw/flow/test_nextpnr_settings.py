@@ -82,7 +82,8 @@ def test_nextpnr_reads_them(tmp_path):
     """The point of it all: nextpnr takes a setting from the netlist. ``router`` chosen there (and
     not on its command line) decides which router runs."""
     path = _write(tmp_path)
-    synth.setup_tool_env()
+    env = dict(os.environ)          # not the worker's own: amaranth reads YOSYS from it (tests/conftest.py)
+    synth.setup_tool_env(env)
 
     def route(settings):
         netlist = tmp_path / "n.json"
@@ -90,7 +91,7 @@ def test_nextpnr_reads_them(tmp_path):
         if settings:
             add_settings(netlist, settings)
         log = tmp_path / "n.log"
-        r = subprocess.run([os.environ["NEXTPNR_ECP5"], "--25k", "--json", "n.json", "--log", "n.log",
+        r = subprocess.run([env["NEXTPNR_ECP5"], "--25k", "--json", "n.json", "--log", "n.log",
                             "--lpf-allow-unconstrained", "--textcfg", "n.config"],
                            cwd=tmp_path, capture_output=True, text=True)
         assert r.returncode == 0, r.stderr[-2000:]
