@@ -56,7 +56,7 @@ def pytest_generate_tests(metafunc):
 #: Environment variables that choose the tools a test's own process runs: amaranth takes ``YOSYS``
 #: (and so the Verilog that ``verilog.convert`` writes) from there, so one test that set it would
 #: change what every later test on the same worker builds.
-TOOL_ENV = ("YOSYS", "NEXTPNR_ECP5", "ECPPACK", "OPENFPGALOADER", "AMARANTH_USE_YOSYS", "PATH")
+TOOL_ENV = ("YOSYS", "NEXTPNR_ECP5", "ECPPACK", "OPENFPGALOADER", "AMARANTH_USE_YOSYS")
 
 
 @contextlib.contextmanager
