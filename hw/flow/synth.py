@@ -23,6 +23,7 @@ and its Fmax. ``--allow-timing-fail`` keeps ``<name>.bit`` for exploration; its 
 then say so in capitals.
 """
 import argparse
+import functools
 import importlib
 import json
 import os
@@ -319,6 +320,25 @@ def setup_tool_env(environ=os.environ):
             environ[var] = str(exe) if exe.exists() else tool
 
 
+def with_tool_env(build):
+    """Run ``build`` with :func:`setup_tool_env`'s variables, and give the process its own back
+    afterwards: amaranth also takes ``YOSYS`` from there for ``verilog.convert``, so a flow run
+    in-process (a test's) must not leave YoWASP's Yosys to every later conversion."""
+    @functools.wraps(build)
+    def run(*args, **kwargs):
+        saved = {var: os.environ.get(var) for var in YOWASP_TOOLS}
+        setup_tool_env()
+        try:
+            return build(*args, **kwargs)
+        finally:
+            for var, value in saved.items():
+                if value is None:
+                    os.environ.pop(var, None)
+                else:
+                    os.environ[var] = value
+    return run
+
+
 def write_report(report, path):
     """Write ``report`` as JSON atomically (temp file in the same directory, then replace)."""
     path = Path(path)
@@ -449,6 +469,7 @@ def board_overrides(design, board, *, floorplan=True):
     return {**BUILD_OVERRIDES, "script_after_synth": fp.yosys_script(plan)}, plan
 
 
+@with_tool_env
 def run_synth(target_mhz=None, board_file=DEFAULT_BOARD_FILE, build_dir=None, progress=None, design=None,
               harness=False, baud=None, allow_timing_fail=False, floorplan=True):
     """Build the bitstream, parse nextpnr's log and write ``report.json``; return the report.
@@ -481,7 +502,6 @@ def run_synth(target_mhz=None, board_file=DEFAULT_BOARD_FILE, build_dir=None, pr
         # that misses the clock (nextpnr prints one critical path).
         overrides = {**overrides, "nextpnr_opts": f"{overrides['nextpnr_opts']} "
                                                   f"--write {name}.routed.json --sdf {name}.sdf"}
-    setup_tool_env()
 
     (build_dir / "report.json").unlink(missing_ok=True)
     if progress:

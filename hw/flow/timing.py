@@ -49,7 +49,7 @@ from hw.flow.synth import (
     compute_pll,
     load_board,
     make_platform,
-    setup_tool_env,
+    with_tool_env,
     write_report,
 )
 
@@ -225,13 +225,13 @@ def make_block(name, cfg=None):
 _SUMMARY_RE = re.compile(r"([0-9.]+) ns logic, ([0-9.]+) ns routing")
 
 
+@with_tool_env
 def run_block(name, *, mhz=TARGET_MHZ, cfg=None, build_dir=DEFAULT_BUILD_DIR, board_file=DEFAULT_BOARD_FILE):
     """Place and route block ``name`` alone at ``mhz``; return its row of the report."""
     board = load_board(board_file)
     platform = make_platform(board)
     pll = compute_pll(board["clock"]["frequency_mhz"], mhz)
     top = HarnessTop(make_block(name, cfg), board, pll, register_outputs=True)
-    setup_tool_env()
     out = Path(build_dir) / name
     out.mkdir(parents=True, exist_ok=True)
     parsed, seconds, log_path = build_and_parse(platform, top, "top", out)
@@ -254,6 +254,7 @@ def run_block(name, *, mhz=TARGET_MHZ, cfg=None, build_dir=DEFAULT_BUILD_DIR, bo
     }
 
 
+@with_tool_env
 def run_chip(*, mhz=None, cfg=None, build_dir=DEFAULT_BUILD_DIR, board_file=DEFAULT_BOARD_FILE,
              placer="static", floorplan=True, seed=None):
     """Synthesise the whole board top for ``cfg`` and place it without routing, at a ``mhz`` PLL
@@ -278,7 +279,6 @@ def run_chip(*, mhz=None, cfg=None, build_dir=DEFAULT_BUILD_DIR, board_file=DEFA
     pll = compute_pll(board["clock"]["frequency_mhz"], board["target_mhz"] if mhz is None else mhz)
     design = cfg or DEFAULT_ACCEL
     top = make_board_top(design, board, pll)
-    setup_tool_env()
     out = Path(build_dir) / "chip"
     out.mkdir(parents=True, exist_ok=True)
     base, plan = board_overrides(design, board, floorplan=floorplan)
