@@ -82,7 +82,7 @@ def test_nextpnr_reads_them(tmp_path):
     """The point of it all: nextpnr takes a setting from the netlist. ``router`` chosen there (and
     not on its command line) decides which router runs."""
     path = _write(tmp_path)
-    env = dict(os.environ)          # not the worker's own: amaranth reads YOSYS from it (tests/conftest.py)
+    env = dict(os.environ)      # not the worker's: amaranth reads YOSYS there (conftest.tool_env_kept)
     synth.setup_tool_env(env)
 
     def route(settings):
