@@ -3,8 +3,8 @@ a whole video's RTL cycles and SDRAM bytes in each mode (dense, sparse attention
 the default operating point, ``default``), measured in chunks of steps that run side by side and can
 be spread over several sittings.
 
-Measured chunks are committed under ``golden/e2e/<mode>/`` (``--save`` copies a mode's whole video
-there), so that ``--report-only`` rebuilds the table on a fresh clone; a chunk in ``--out`` is used
+Measured chunks are committed under ``golden/e2e/<mode>/`` (``--save`` copies every measured chunk
+there, so that a video measured over several sittings keeps what each one measured), so that ``--report-only`` rebuilds the table on a fresh clone; a chunk in ``--out`` is used
 before a committed one. Each chunk names the SHA-256 of the trace's ``manifest.json`` it ran on, and
 a chunk of another trace (another model or operating point) is refused by name. ``--spot N``
 measures N committed chunks again, picked at random (``--spot-seed``), and compares them cycle for
@@ -330,21 +330,31 @@ def plot(series: dict, path: Path) -> None:
 
 
 def save(out: Path, rep: dict, n: int, sdram: float) -> None:
-    """Copy each whole video's chunks from ``out`` to :data:`COMMITTED` (a chunk already committed
-    with other cycles is refused: measure it with ``--spot`` to see which is right)."""
+    """Copy every measured chunk from ``out`` to :data:`COMMITTED`, whole videos and parts of one
+    alike: each chunk stands alone (its steps, the trace's SHA-256, the memory's bandwidth), so a video
+    measured over several machines or sittings is kept as it goes, and a rerun on a fresh clone
+    measures only the chunks still missing. A chunk already committed with other cycles or bytes is
+    refused (measure it with ``--spot`` to see which is right)."""
     import shutil
 
     for mode, row in rep["modes"].items():
-        if not row["whole_video"]:
+        if not (out / mode).is_dir():
             continue
-        for path in sorted((out / mode).glob("*.json")):
+        new = 0
+        for path in sorted((out / mode).glob("[0-9]*.json")):
+            c = json.loads(path.read_text())
+            load_chunk(path, mode, c["steps"][0], len(c["steps"]), sdram)     # refuses a foreign chunk
             dst = COMMITTED / mode / path.name
-            if dst.exists() and \
-                    json.loads(dst.read_text())["cycles"] != json.loads(path.read_text())["cycles"]:
-                raise SystemExit(f"{dst}: committed with other cycles than {path}")
+            if dst.exists():
+                old = json.loads(dst.read_text())
+                if first_difference(old, c) is not None:
+                    raise SystemExit(f"{dst}: committed with other cycles or bytes than {path}")
+                continue
             dst.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(path, dst)
-        print(f"saved {mode}'s chunks to {COMMITTED / mode}", file=sys.stderr)
+            new += 1
+        print(f"saved {new} new chunks of {mode} to {COMMITTED / mode} ({row['chunks']} of the video "
+              "measured)", file=sys.stderr)
 
 
 def first_difference(old: dict, new: dict) -> int | None:
@@ -410,7 +420,7 @@ def main(argv=None) -> int:
                          "per worker (a worker's name after TAG on a scheduler's workers)")
     ap.add_argument("--report-only", action="store_true", help="measure nothing; report the chunks there")
     ap.add_argument("--save", action="store_true",
-                    help=f"copy each whole video's chunks to {COMMITTED.relative_to(REPO)} (to commit them)")
+                    help=f"copy every measured chunk to {COMMITTED.relative_to(REPO)} (to commit them)")
     ap.add_argument("--spot", type=int, default=0, metavar="N",
                     help="measure N committed chunks again, at random, and compare them cycle for cycle")
     ap.add_argument("--spot-seed", type=int, default=None, help="the --spot draw's seed (default: random)")

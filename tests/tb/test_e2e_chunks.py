@@ -172,3 +172,26 @@ def test_spot_names_the_first_step_that_differs():
     with pytest.raises(ValueError, match="not the same chunk"):
         first_difference(old, {**old, "steps": [11, 12, 13]})
 
+
+
+def test_save_commits_every_measured_chunk_and_refuses_a_conflicting_one(tmp_path, monkeypatch):
+    """A part of a video is committed as it is measured (a later sitting on a fresh clone measures
+    only what is missing); a committed chunk with other cycles is never overwritten."""
+    from tb.step import e2e
+
+    monkeypatch.setattr(e2e, "COMMITTED", tmp_path / "committed")
+    out = tmp_path / "out"
+    chunk = {"mode": "dense", "trace_sha256": "a" * 64, "steps": list(range(32, 64)),
+             "sdram_bytes_per_cycle": 2.8, "cycles": [5] * 32, "step_bytes": [[8, 0]] * 32}
+    e2e.chunk_file(out, "dense", 32).parent.mkdir(parents=True)
+    e2e.chunk_file(out, "dense", 32).write_text(json.dumps(chunk))
+    rep = {"modes": {"dense": {"chunks": "1/3", "whole_video": False}}}
+    e2e.save(out, rep, 32, 2.8)
+    committed = e2e.chunk_file(tmp_path / "committed", "dense", 32)
+    assert json.loads(committed.read_text()) == chunk
+    e2e.save(out, rep, 32, 2.8)                                     # the same again: nothing changes
+    assert json.loads(committed.read_text()) == chunk
+    e2e.chunk_file(out, "dense", 32).write_text(json.dumps({**chunk, "cycles": [6] * 32}))
+    with pytest.raises(SystemExit, match="0032.json: committed with other cycles"):
+        e2e.save(out, rep, 32, 2.8)
+    assert json.loads(committed.read_text()) == chunk
