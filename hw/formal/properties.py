@@ -135,7 +135,7 @@ PROPERTIES = [
              "hw/accel/tas_group.py", "TasGroup",
              lambda cls: TasGroupOrder(dim=TINY_ACCEL.d_model, layers=TINY_ACCEL.layers,
                                        tokens_per_frame=TINY_ACCEL.tokens_per_frame, batch=TINY_ACCEL.batch,
-                                       lanes=TINY_ACCEL.tas_lanes, dut_class=cls), "bmc", 28),
+                                       lanes=TINY_ACCEL.tas_lanes, dut_class=cls), "bmc", 24, deep=28),
     # --- widths --------------------------------------------------------------------------------
     Property("mv_unit_width", "matrix-vector unit (4 x 2, runs of 4 beats): every adder-tree stage "
              "and accumulator holds the exact sum (int8 operands, no wrap)", "hw/lib/mv_unit.py", "MvUnit",
