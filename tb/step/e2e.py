@@ -4,9 +4,10 @@ the default operating point, ``default``), measured in chunks of steps that run 
 be spread over several sittings.
 
 Measured chunks are committed under ``golden/e2e/<mode>/`` (``--save`` copies every measured chunk
-there, so that a video measured over several sittings keeps what each one measured), so that ``--report-only`` rebuilds the table on a fresh clone; a chunk in ``--out`` is used
-before a committed one. Each chunk names the SHA-256 of the trace's ``manifest.json`` it ran on, and
-a chunk of another trace (another model or operating point) is refused by name. ``--spot N``
+there, so that a video measured over several sittings keeps what each one measured), so that
+``--report-only`` rebuilds the table on a fresh clone; a chunk in ``--out`` is used before a committed
+one. Each chunk names the SHA-256 of the trace's ``manifest.json`` it ran on, and a chunk of another
+trace (another model or operating point) is refused by name. ``--spot N``
 measures N committed chunks again, picked at random (``--spot-seed``), and compares them cycle for
 cycle and byte for byte; it exits 1 on any difference. ``report.json``'s ``default_speedup`` is the
 default operating point's whole video against dense's, the best dense design.

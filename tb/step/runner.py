@@ -20,7 +20,6 @@ from hw.lib.axi_writer import AxiWriter
 from hw.lib.axis_adapter import AxisAdapter
 from hw.step.attention_head import AttentionHead
 from hw.step.attention_layer import AttentionLayer
-from hw.step.decoder_layer import DecoderLayer
 from hw.step.projection import Projection
 from hw.step.qk_score import QkScore
 from hw.step.qkv import QkvRope
@@ -163,15 +162,6 @@ def run_attention_layer(trace, sim, tag, **fields):
     run_block("attention_layer", "cocotb_attention_layer", (d, h, b, p, ni, no),
               lambda *a: AttentionLayer(*a[:3], max_positions=a[3], n_in=a[4], n_out=a[5]),
               sim, tag, _config(fields, trace=trace, mv=(ni, no), max_positions=p))
-
-
-def run_decoder_layer(trace, sim, tag, **fields):
-    cfg = step_accel(trace)
-    h, p = dims(trace, "n_heads", "positions")
-    key = "d{d_model}-ff{d_ff}-l{layers}-n{tokens_per_frame}-b{batch}-c{cores}x{chunks}-mv{mv_in}x{mv_out}"
-    run_block("decoder_layer", "cocotb_decoder_layer", (key.format(**cfg.to_dict()), h, p),
-              lambda _, heads, positions: DecoderLayer(cfg, heads, max_positions=positions), sim, tag,
-              _config(fields, trace=trace, accel=cfg, max_positions=p))
 
 
 #: The replay cache's block RAMs, public in the step's Verilator builds besides the ports: a FastCar

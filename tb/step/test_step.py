@@ -21,7 +21,6 @@ from tb.step.runner import (  # noqa: F401
     run_axi_writer,
     run_block,
     run_decode_step,
-    run_decoder_layer,
     run_projection,
     run_qkv,
     run_residual,
@@ -329,23 +328,12 @@ def test_attention_layer_names_a_planted_wrong_element(step_trace):
                             steps="stride:8")
 
 
-def test_decoder_layer_from_the_residual(request, step_trace):
-    """Whole layers: every r_out, decision and new key of the steps from the first (the shipped trace: the
-    prompt and the first 80 image tokens, 85 steps; the small trace: the prompt and its first frame and
-    8 tokens of the second, 77 steps, 34 rows replayed), on Verilator with idle inputs and backpressure."""
-    steps = "first:85" if request.config.getoption("--step-trace", default=None) else "first:77"
-    run_decoder_layer(step_trace, "verilator", "stall0.2", stall=0.2, seed=29,
-                      steps=steps)
-
-
-def test_decoder_layer_names_a_planted_wrong_element(step_trace):
-    with pytest.raises(CocotbFailure, match="step 3, layer 1, block decoder_layer, row 2, element 4"):
-        run_decoder_layer(step_trace, "verilator", "plant", plant="3:1:2:4", steps="first:5")
-
-
 def test_decode_steps_whole(request, step_trace):
     """Whole decode steps from the first: the embeddings and the KV cache over AXI4 in AxiRam, every
-    layer, the LM head and the sampler; every r_out, decision, z, token and key and value written
+    layer, the LM head and the sampler; every r_out, decision, z, token and key and value written.
+    The decoder layer is checked here, in the step, and by its amaranth.sim unit test
+    (``tests/hw/step/test_decoder_layer.py``): every layer's ``r_out`` and decision is a tap of the step,
+    named by step, layer, block ``decoder_layer``, row and element
     (the shipped trace: the prompt and the first 80 image tokens; the small trace: the prompt, its
     first frame and 8 tokens of the second), on Verilator with idle inputs, backpressure and memory
     pauses."""
