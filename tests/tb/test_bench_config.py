@@ -160,3 +160,15 @@ def test_waves_are_asked_for_the_way_cocotb_reads_its_switch():
     assert waves_requested({}) is False
     with pytest.raises(ValueError, match=f"{WAVES_ENV}='sometimes'"):
         waves_requested({WAVES_ENV: "sometimes"})
+
+
+def test_verilator_builds_compile_through_ccache_only_when_it_is_there(monkeypatch):
+    """``OBJCACHE=ccache`` when ccache is on the path; nothing when it is not, or when the caller's
+    MAKEFLAGS chooses OBJCACHE itself."""
+    import tb.runner as runner
+
+    monkeypatch.setattr(runner.shutil, "which", lambda name: f"/usr/bin/{name}")
+    assert runner.objcache_flags({}) == ["OBJCACHE=ccache"]
+    assert runner.objcache_flags({"MAKEFLAGS": "OBJCACHE= -j2"}) == []
+    monkeypatch.setattr(runner.shutil, "which", lambda name: None)
+    assert runner.objcache_flags({}) == []
