@@ -356,23 +356,23 @@ def test_attention_layer_names_a_planted_wrong_element(step_trace):
 def test_decode_steps_whole(request, step_trace, tmp_path):
     """Whole decode steps from the first: the embeddings and the KV cache over AXI4 in AxiRam, every
     layer, the LM head and the sampler; every r_out, decision, z, token and key and value written,
-    with idle inputs, backpressure and memory pauses, on Verilator.
+    on Verilator.
     The decoder layer is checked here, in the step, and by its amaranth.sim unit test
     (``tests/hw/step/test_decoder_layer.py``): every layer's ``r_out`` and decision is a tap of the step,
     named by step, layer, block ``decoder_layer``, row and element.
     The shipped trace (``--step-trace``): the prompt and the first 80 image tokens, each step's tokens
-    taken from the trace. The small trace: its whole generation (the prompt and 2 frames) by the RTL
-    alone: after the prompt, each step's tokens are the ones the RTL drew after the step before (fed
-    back on chip), each compared with the golden model's as it is drawn. (Tokens taken from the
-    trace instead: the runs from a later step and the planted runs below.)"""
+    taken from the trace, with idle inputs, backpressure and memory pauses. The small trace: its whole
+    generation (the prompt and 2 frames) by the RTL alone: after the prompt, each step's tokens are
+    the ones the RTL drew after the step before (fed back on chip), each compared with the golden
+    model's as it is drawn. (On the small trace, tokens taken from the trace and the stalls: the
+    runs from a later step below, which the stalls slow less than they would the whole video.)"""
     import json
 
     if request.config.getoption("--step-trace", default=None):
         run_decode_step(step_trace, "verilator", "stall0.2", stall=0.2, seed=30, steps="first:85")
         return
     out = tmp_path / "rtl.json"
-    run_decode_step(step_trace, "verilator", "video", video=True, stall=0.2, seed=30, steps="all",
-                    out=out)
+    run_decode_step(step_trace, "verilator", "video", video=True, steps="all", out=out)
     tr = load_full_step(step_trace, verify=False)
     rtl = json.loads(out.read_text())
     assert rtl["video"] and len(rtl["steps"]) == tr.manifest["dims"]["steps"]
@@ -394,11 +394,12 @@ def test_decode_step_names_a_planted_wrong_value(step_trace, plant, named):
 def test_decode_steps_from_a_later_step(small_trace, tmp_path):
     """Steps from the middle of the first frame, the earlier keys and values written into the memory
     from the trace and the sampler's generator advanced past the earlier draws: bit-exact as from
-    the first; a run whose replays need rows from before it is refused."""
+    the first, with idle inputs, backpressure and memory pauses; a run whose replays need rows from
+    before it is refused."""
     import json
 
     out = tmp_path / "rtl.json"
-    run_decode_step(small_trace, "verilator", "from", steps="from:40:5", out=out)
+    run_decode_step(small_trace, "verilator", "from", steps="from:40:5", stall=0.2, seed=31, out=out)
     rtl = json.loads(out.read_text())
     assert rtl["steps"] == list(range(40, 45)) and len(rtl["tokens"]) == 5 * 2
     with pytest.raises(CocotbFailure, match="step 69 replays the output of step 5"):
@@ -409,12 +410,14 @@ def test_decode_steps_from_a_later_step(small_trace, tmp_path):
 def test_decode_steps_from_a_later_step_with_the_replay_cache_preloaded(small_trace):
     """FastCar from the middle of the second frame: the replay cache written from the trace first
     (its entries of the first frame's steps 36 on and of the second frame's before the run), so
-    that the replays read what a run from step 0 would; bit-exact. The same run with every entry
-    taken one step too early fails, naming the step, layer, block and row."""
+    that the replays read what a run from step 0 would; bit-exact, with idle inputs, backpressure and
+    memory pauses. The same run with every entry taken one step too early fails, naming the step,
+    layer, block and row."""
     tr = load_full_step(small_trace, verify=False)
     replay = tr.t["replay"][100:108]
     assert 0 < replay.sum() < replay.size          # rows replayed from the preload, and rows computed
-    run_decode_step(small_trace, "verilator", "preload", steps="from:100:8", preload=True)
+    run_decode_step(small_trace, "verilator", "preload", steps="from:100:8", preload=True, stall=0.2,
+                    seed=32)
     with pytest.raises(CocotbFailure, match=r"step 10\d, layer \d, block decoder_layer, row \d, element"):
         run_decode_step(small_trace, "verilator", "preload-plant", steps="from:100:8",
                         preload=True, plant="preload")
